@@ -1,0 +1,5 @@
+"""`python -m dtrain` is the `dtrain` command."""
+
+from dtrain.cli import main
+
+main()

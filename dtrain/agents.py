@@ -1,0 +1,220 @@
+"""Talking to agents: requests and replies, heartbeats, and the stream of task events.
+
+One `AgentSession` per host wraps a `Link` (a pipe to a local agent, or an ssh channel) and
+turns its frames into replies and `AgentEvent`s on a shared queue the supervisor reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dtrain.errors import RemoteError
+from dtrain.hosts import Host
+from dtrain.remote import proto
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 16
+
+
+class Link(Protocol):
+    """A byte stream to one agent, whatever carries it."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def recv(self, size: int) -> bytes:
+        """Blocking read; b"" at end of stream."""
+        ...
+
+    def stderr_text(self) -> str:
+        """What the agent (or the shell that started it) printed to stderr so far."""
+        ...
+
+    def close_input(self) -> None:
+        """End of stream towards the agent: it stops every task and exits."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """A frame from an agent about one task (started, output, exited, notice)."""
+
+    session: AgentSession
+    kind: int
+    task: int
+    payload: bytes
+
+    def json(self) -> dict[str, Any]:
+        result: dict[str, Any] = proto.decode_json(self.payload)
+        return result
+
+
+@dataclass(frozen=True)
+class LinkClosed:
+    """The agent's stream ended: it exited, crashed, or the connection dropped."""
+
+    session: AgentSession
+
+
+Event = AgentEvent | LinkClosed
+
+
+class EventSink(Protocol):
+    def put(self, item: Event, /) -> None: ...
+
+
+class AgentSession:
+    """The launcher's side of one agent."""
+
+    def __init__(self, host: Host, link: Link, events: EventSink) -> None:
+        self.host = host
+        self.link = link
+        self.events = events
+        self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.last_heard = time.monotonic()
+        self.is_closed = False
+        self._send_lock = threading.Lock()
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"dtrain-agent-{host.name}", daemon=True
+        )
+        self._reader.start()
+
+    def _read_loop(self) -> None:
+        reader = proto.FrameReader()
+        try:
+            while True:
+                data = self.link.recv(READ_CHUNK)
+                if not data:
+                    break
+                self.last_heard = time.monotonic()
+                for kind, task, payload in reader.feed(data):
+                    if kind == proto.REPLY:
+                        self.replies.put(proto.decode_json(payload))
+                    elif kind != proto.PING:
+                        self.events.put(AgentEvent(self, kind, task, payload))
+        except (OSError, EOFError, proto.FrameError) as exc:
+            logger.debug("stream from %s ended: %s", self.host.name, exc)
+        finally:
+            self.is_closed = True
+            self.replies.put(None)
+            self.events.put(LinkClosed(self))
+
+    def send(self, frame: bytes) -> bool:
+        """Send a frame; False if the stream is already broken."""
+        with self._send_lock:
+            try:
+                self.link.send(frame)
+                return True
+            except (OSError, EOFError) as exc:
+                logger.debug("send to %s failed: %s", self.host.name, exc)
+                return False
+
+    def request(self, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
+        """Send a request and wait for its reply; errors become `RemoteError` naming the host."""
+        body = dict(fields, op=op)
+        if not self.send(proto.encode_json(proto.REQUEST, body)):
+            raise self.broken(f"could not send the {op} request")
+        try:
+            reply = self.replies.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RemoteError(
+                f"{self.host.name}: no answer to {op} within {timeout_s:.0f}s",
+                hint=f"check the load and network of {self.host.name}; "
+                f"`dtrain doctor` checks every host",
+            ) from None
+        if reply is None:
+            raise self.broken(f"the agent on {self.host.name} exited during {op}")
+        if "error" in reply:
+            raise RemoteError(f"{self.host.name}: {reply['error']}", hint=reply.get("hint"))
+        return reply
+
+    def broken(self, what: str) -> RemoteError:
+        stderr = self.link.stderr_text().strip()
+        detail = f": {stderr.splitlines()[-1]}" if stderr else ""
+        hint = None
+        if "not found" in stderr or "No such file" in stderr:
+            hint = f"dtrain's agent needs python3 (>= 3.6) on the login PATH of {self.host.name}"
+        return RemoteError(f"{what}{detail}", hint=hint)
+
+    def ping(self) -> None:
+        self.send(proto.encode(proto.PING))
+
+    def stop(self, grace_s: float) -> None:
+        self.send(proto.encode_json(proto.STOP, {"grace_s": grace_s}))
+
+    def kill(self) -> None:
+        self.send(proto.encode(proto.KILL))
+
+    def close(self) -> None:
+        """Tell the agent we are done (it stops whatever still runs) and drop the link."""
+        with contextlib.suppress(OSError):
+            self.link.close_input()
+        self.link.close()
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        self._reader.join(timeout_s)
+        return not self._reader.is_alive()
+
+
+class Heartbeat:
+    """One thread that pings every session, so agents know the launcher is alive."""
+
+    def __init__(self, sessions: Iterable[AgentSession], interval_s: float) -> None:
+        self.sessions = list(sessions)
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dtrain-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for session in self.sessions:
+                if not session.is_closed:
+                    session.ping()
+
+
+def request_all(
+    sessions: Iterable[AgentSession],
+    op: str,
+    timeout_s: float,
+    fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
+    **fields: Any,
+) -> dict[str, dict[str, Any] | RemoteError]:
+    """A request to every session at once; each host's reply or error, by host name.
+
+    `fields_for` adds per-host fields to the common ones.
+    """
+    results: dict[str, dict[str, Any] | RemoteError] = {}
+    lock = threading.Lock()
+
+    def ask(session: AgentSession) -> None:
+        body = dict(fields, **(fields_for(session) if fields_for else {}))
+        try:
+            outcome: dict[str, Any] | RemoteError = session.request(op, timeout_s, **body)
+        except RemoteError as exc:
+            outcome = exc
+        with lock:
+            results[session.host.name] = outcome
+
+    threads = [threading.Thread(target=ask, args=(s,), daemon=True) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

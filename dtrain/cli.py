@@ -1,0 +1,421 @@
+"""The `dtrain` command: parse flags, call the library, render, exit. The only place that prints.
+
+stdout carries results (plans, task output, reports; with --json exactly one document);
+stderr carries dtrain's own progress and errors, prefixed `dtrain:`, and the tasks' stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import click
+
+from dtrain import __version__, render, tracker
+from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
+from dtrain.hosts import Host, local_host, parse_hosts
+from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
+from dtrain.plan import Framework, JobPlan, Role, TaskSpec
+from dtrain.transport import SshOptions, local_hostname
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class JsonFailure(Exception):
+    """Already reported as a JSON document; exit with this code."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
+# ---- shared option bundles ----------------------------------------------------------------
+
+
+def hosts_option(func: F) -> F:
+    return click.option(
+        "-H",
+        "--hostfile",
+        "hostfile",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Hosts file: one [user@]host[:port] [slots=N] per line (see hosts.example). "
+        "Without it, everything runs on this machine.",
+    )(func)
+
+
+def ssh_options(func: F) -> F:
+    for decorator in reversed(
+        [
+            click.option(
+                "--ssh-config",
+                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                help="Use only this ssh config file, like ssh -F "
+                "(default: ~/.ssh/config, then /etc/ssh/ssh_config).",
+            ),
+            click.option(
+                "--accept-new-host-keys",
+                is_flag=True,
+                help="Record host keys seen for the first time in known_hosts "
+                "(OpenSSH's accept-new). A changed key always fails.",
+            ),
+            click.option(
+                "--connect-timeout",
+                type=click.FloatRange(min=0.1),
+                help="Seconds to wait for each host's ssh connection "
+                "(default: ConnectTimeout from ssh config, else 10).",
+            ),
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout."
+    )(func)
+
+
+def read_hosts(path: Path | None) -> tuple[Host, ...]:
+    if path is None:
+        return ()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(
+            f"hosts file {path} does not exist",
+            hint="pass -H FILE with one host per line (see hosts.example), "
+            "or leave -H out to run everything on this machine",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"hosts file {path} is not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
+    return parse_hosts(text, str(path))
+
+
+def make_ssh_options(
+    ssh_config: Path | None, accept_new_host_keys: bool, connect_timeout: float | None
+) -> SshOptions:
+    return SshOptions(
+        config_file=str(ssh_config) if ssh_config else None,
+        accept_new_host_keys=accept_new_host_keys,
+        connect_timeout_s=connect_timeout,
+    )
+
+
+def new_job_id() -> str:
+    return tracker.make_job_id(datetime.now(), secrets.token_hex(2))
+
+
+# ---- console --------------------------------------------------------------------------------
+
+
+class TerminalConsole:
+    """Task output with `[task@host]` prefixes; progress notes on stderr."""
+
+    def __init__(self, stdout: BinaryIO, stderr: BinaryIO) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.prefixers: dict[tuple[str, bool], render.LinePrefixer] = {}
+
+    def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
+        key = (task.label, is_stderr)
+        prefixer = self.prefixers.get(key)
+        if prefixer is None:
+            prefixer = self.prefixers[key] = render.LinePrefixer(f"[{task.label}] ".encode())
+        out = self.stderr if is_stderr else self.stdout
+        text = prefixer.feed(data)
+        if text:
+            out.write(text)
+            out.flush()
+
+    def task_closed(self, task: TaskSpec) -> None:
+        for is_stderr in (False, True):
+            prefixer = self.prefixers.pop((task.label, is_stderr), None)
+            if prefixer is not None:
+                rest = prefixer.flush()
+                if rest:
+                    out = self.stderr if is_stderr else self.stdout
+                    out.write(rest)
+                    out.flush()
+
+    def note(self, message: str) -> None:
+        self.stderr.write(f"dtrain: {message}\n".encode())
+        self.stderr.flush()
+
+
+def emit_json(document: dict[str, Any]) -> None:
+    click.echo(json.dumps(document, indent=2))
+
+
+# ---- the group ------------------------------------------------------------------------------
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version", prog_name="dtrain")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Launch distributed training jobs over ssh, and never leave a process behind.
+
+    \b
+    Examples:
+      dtrain launch -n 2 -s 2 -- python examples/ps_sum.py      # on this machine
+      dtrain launch -n 4 -s 2 -H hosts -- python train.py --kv-store dist_sync
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="dtrain: %(name)s: %(message)s",
+    )
+
+
+ROLE_ENV_FLAGS = {
+    Role.SCHEDULER: "--env-scheduler",
+    Role.SERVER: "--env-server",
+    Role.WORKER: "--env-worker",
+}
+
+
+@cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
+@click.option("-n", "--num-workers", type=int, help="Workers (collective jobs: world size).")
+@click.option(
+    "-s",
+    "--num-servers",
+    type=int,
+    help="Parameter servers (dmlc: default -n, as launch.py; tf: default 1).",
+)
+@hosts_option
+@click.option(
+    "--framework",
+    default="dmlc",
+    show_default=True,
+    help="dmlc (MXNet, ps-lite, BytePS), tf, torch or paddle; "
+    "mxnet, tensorflow, pytorch are accepted too.",
+)
+@click.option("--scheduler-host", help="Run the dmlc scheduler on this host of the hosts file.")
+@click.option("--host-ip", help="The scheduler's address as every host reaches it.")
+@click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), help="Scheduler/master port (default: free)."
+)
+@click.option("--env", "env_all", multiple=True, metavar="KEY[=VALUE]", help="Set for every task.")
+@click.option(
+    "--env-scheduler", multiple=True, metavar="KEY[=VALUE]", help="Set for the scheduler."
+)
+@click.option("--env-server", multiple=True, metavar="KEY[=VALUE]", help="Set for servers.")
+@click.option("--env-worker", multiple=True, metavar="KEY[=VALUE]", help="Set for workers.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Working directory of every task (default: this directory).",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dtrain-logs"),
+    show_default=True,
+    help="Per-task logs and job.json go to LOG_DIR/<job-id>/.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL when stopping tasks.",
+)
+@click.option("--timeout", type=click.FloatRange(min=0.1), help="Job deadline in seconds.")
+@click.option(
+    "--traceback-timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="A task that printed an unhandled Python traceback and then sits idle this long "
+    "is treated as failed (MXNet workers hang at exit). 0 turns it off.",
+)
+@click.option(
+    "--heartbeat-timeout",
+    type=click.FloatRange(min=2),
+    default=15.0,
+    show_default=True,
+    help="A host silent this long is lost; its tasks stop themselves after the same time.",
+)
+@click.option("--chief", is_flag=True, help="tf: add a chief task (TF2 parameter-server jobs).")
+@click.option("--ps-gpus", is_flag=True, help="tf: let ps tasks see the GPUs.")
+@click.option("--nproc-per-host", type=int, help="torch/paddle: ranks per host (default: slots).")
+@click.option("--gpus", help="One process per listed GPU on each host, e.g. 0,1,2,3.")
+@click.option("--remote-python", default="python3", show_default=True, help="Runs dtrain's agent.")
+@ssh_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
+@json_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def launch(
+    num_workers: int | None,
+    num_servers: int | None,
+    hostfile: Path | None,
+    framework: str,
+    scheduler_host: str | None,
+    host_ip: str | None,
+    interface: str | None,
+    port: int | None,
+    env_all: Sequence[str],
+    env_scheduler: Sequence[str],
+    env_server: Sequence[str],
+    env_worker: Sequence[str],
+    workdir: Path | None,
+    log_dir: Path,
+    grace: float,
+    timeout: float | None,
+    traceback_timeout: float,
+    heartbeat_timeout: float,
+    chief: bool,
+    ps_gpus: bool,
+    nproc_per_host: int | None,
+    gpus: str | None,
+    remote_python: str,
+    ssh_config: Path | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float | None,
+    dry_run: bool,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Start a job: a scheduler, servers and workers (or collective ranks), and supervise it.
+
+    Everything after -- is the training command, passed on untouched. Output lines are
+    prefixed [task@host]; each task's log is in --log-dir. The first task to fail stops the
+    job, and dtrain exits with that task's exit code.
+
+    \b
+    Examples:
+      dtrain launch -n 2 -s 2 -- python examples/ps_sum.py
+      dtrain launch -n 4 -s 2 -H hosts -- python train.py --kv-store dist_sync
+      dtrain launch --framework torch -n 4 -H hosts -- python examples/torch_ddp.py
+      dtrain launch -n 2 --dry-run -- python train.py
+    """
+    shell_env = dict(os.environ)
+    role_env = {
+        role: tracker.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
+        for role, items in (
+            (Role.SCHEDULER, env_scheduler),
+            (Role.SERVER, env_server),
+            (Role.WORKER, env_worker),
+        )
+        if items
+    }
+    request = tracker.JobRequest(
+        command=command,
+        local_host=local_host(local_hostname()),
+        framework=Framework.parse(framework),
+        num_workers=num_workers,
+        num_servers=num_servers,
+        hosts=read_hosts(hostfile),
+        scheduler_host=scheduler_host,
+        host_ip=host_ip,
+        interface=interface,
+        port=port,
+        env=tracker.parse_env_assignments(env_all, shell_env, "--env"),
+        role_env=role_env,
+        shell_env=shell_env,
+        workdir=str((workdir or Path.cwd()).absolute()),
+        chief=chief,
+        nproc_per_host=nproc_per_host,
+        gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else (),
+        ps_gpus=ps_gpus,
+    )
+    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    job_id = new_job_id()
+    if dry_run:
+        plan = tracker.plan_job(request, dry_run_facts(request, job_id, ssh))
+        note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
+        if as_json:
+            emit_json(render.envelope("launch", 0, {"dry_run": True, "plan": plan.to_dict()}))
+        else:
+            click.echo(render.plan_text(plan, note), nl=False)
+        return
+    stdout = sys.stdout.buffer
+    stderr = sys.stderr.buffer
+    console = TerminalConsole(stderr if as_json else stdout, stderr)
+
+    def announce(plan: JobPlan, where: Path) -> None:
+        hosts = plan.hosts
+        names = ", ".join(h.name + (" (this machine)" if h.is_local else "") for h in hosts)
+        console.note(
+            f"job {plan.job_id}: {len(plan.tasks)} tasks on {len(hosts)} "
+            f"host{'s' if len(hosts) != 1 else ''} ({names}); logs in {where}/"
+        )
+
+    run = Launch(
+        request=request,
+        job_id=job_id,
+        options=LaunchOptions(
+            log_root=log_dir,
+            grace_s=grace,
+            timeout_s=timeout,
+            lease_s=heartbeat_timeout,
+            traceback_timeout_s=traceback_timeout,
+            ssh=ssh,
+            remote_python=remote_python,
+        ),
+        console=console,
+        on_planned=announce,
+    )
+    try:
+        result = run.run()
+    except DtrainError as exc:
+        if as_json:
+            emit_json(render.envelope("launch", exc.exit_code, None, exc.to_problems()))
+            raise JsonFailure(exc.exit_code) from exc
+        raise
+    sys.stderr.write(render.result_text(result))
+    if as_json:
+        data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
+        problems = []
+        if result.root_cause is not None:
+            cause = result.root_cause
+            problems.append(
+                Problem(
+                    f"{cause.label} {cause.describe()}",
+                    host=cause.host,
+                    code="task_failed",
+                    hint=f"full log: {cause.log_path}",
+                )
+            )
+        emit_json(render.envelope("launch", result.exit_code, data, problems))
+    raise SystemExit(result.exit_code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: every error is a message and an exit code, never a traceback."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="dtrain", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.stderr.write("dtrain: interrupted\n")
+        raise SystemExit(130) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except JsonFailure as exc:
+        raise SystemExit(exc.exit_code) from None
+    except DtrainError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"{exc}\n")
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        sys.stderr.write("dtrain: interrupted before any task started; nothing is running\n")
+        raise SystemExit(130) from None
+    except BrokenPipeError:
+        raise SystemExit(ExitCode.JOB_FAILED) from None

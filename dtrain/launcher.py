@@ -1,0 +1,353 @@
+"""`dtrain launch` from request to result: connect, learn the hosts, plan, start, supervise.
+
+Order matters: every host is connected and every agent has answered before the plan is made
+(the plan needs each host's real address and free ports), and every host has accepted its
+tasks (working directory there, command found) before any task starts anywhere. A failure at
+any step before that starts nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dtrain import tracker
+from dtrain.agents import AgentSession, Event, Heartbeat, request_all
+from dtrain.errors import Problem, RemoteError
+from dtrain.hosts import Host
+from dtrain.plan import JobPlan
+from dtrain.results import JobResult
+from dtrain.supervise import Console, Interrupt, Supervisor, SupervisorOptions
+from dtrain.transport import (
+    LocalLink,
+    SshOptions,
+    local_free_ports,
+    local_interfaces,
+    resolve_address,
+    route_address,
+)
+
+if TYPE_CHECKING:
+    from dtrain.ssh import SshTransport
+
+logger = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 30.0
+CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    log_root: Path = Path("dtrain-logs")
+    grace_s: float = 5.0
+    timeout_s: float | None = None
+    heartbeat_s: float = 1.0
+    lease_s: float = 15.0
+    traceback_timeout_s: float = 10.0
+    ssh: SshOptions = field(default_factory=SshOptions)
+    remote_python: str = "python3"
+
+
+class Hosts:
+    """Open agent sessions to a set of hosts, and close them all, whatever happens."""
+
+    def __init__(self, options: SshOptions, remote_python: str = "python3") -> None:
+        self.ssh_options = options
+        self._ssh: SshTransport | None = None
+        self.remote_python = remote_python
+        self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
+        self.sessions: dict[str, AgentSession] = {}
+
+    @property
+    def ssh(self) -> SshTransport:
+        """Created on first use: paramiko costs 0.1 s to import, and local jobs never need it."""
+        if self._ssh is None:
+            from dtrain.ssh import SshTransport
+
+            self._ssh = SshTransport(self.ssh_options)
+        return self._ssh
+
+    def open(self, hosts: Sequence[Host]) -> dict[str, AgentSession]:
+        """Connect every remote host in parallel, then start an agent on each host."""
+        remote = [host for host in hosts if not host.is_local]
+        if remote:
+            self.ssh.connect_all(remote)
+        problems: list[Problem] = []
+        lock = threading.Lock()
+
+        def start(host: Host) -> None:
+            try:
+                link = (
+                    LocalLink()
+                    if host.is_local
+                    else self.ssh.open_link(host, python=self.remote_python)
+                )
+                session = AgentSession(host, link, self.events)
+            except Exception as exc:  # any failure names its host
+                with lock:
+                    problems.append(Problem(f"cannot start dtrain's agent: {exc}", host=host.name))
+                return
+            with lock:
+                self.sessions[host.name] = session
+
+        threads = [threading.Thread(target=start, args=(h,), daemon=True) for h in hosts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if problems:
+            raise RemoteError(
+                "could not start on every host; nothing was started", problems=problems
+            )
+        return {host.name: self.sessions[host.name] for host in hosts}
+
+    def close(self) -> None:
+        """Close every session in parallel; an unresponsive host cannot hold dtrain up."""
+        threads = [
+            threading.Thread(target=session.close, daemon=True)
+            for session in self.sessions.values()
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._ssh is not None:
+            self._ssh.close()
+        self.sessions.clear()
+
+
+def run_on_all(
+    sessions: Mapping[str, AgentSession],
+    op: str,
+    what: str,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
+    **fields: Any,
+) -> dict[str, dict[str, Any]]:
+    """One request to every host; any host's error fails the whole step, naming each host."""
+    replies = request_all(sessions.values(), op, timeout_s, fields_for=fields_for, **fields)
+    problems = [
+        Problem(reply.what, host=name, hint=reply.hint)
+        for name, reply in replies.items()
+        if isinstance(reply, RemoteError)
+    ]
+    if problems:
+        raise RemoteError(
+            f"{what} failed on {len(problems)} host(s); nothing was started", problems=problems
+        )
+    return {name: reply for name, reply in replies.items() if isinstance(reply, dict)}
+
+
+def gather_facts(
+    request: tracker.JobRequest,
+    job_id: str,
+    sessions: Mapping[str, AgentSession],
+    options: LaunchOptions,
+) -> tracker.Facts:
+    """Ask every agent about its host; addresses are the ones ssh reached them at."""
+    ports = tracker.ports_needed(request)
+    replies = run_on_all(
+        sessions,
+        "hello",
+        "contacting the agents",
+        fields_for=lambda s: {"ports": ports.get(s.host.name, 0)},
+        heartbeat_s=options.heartbeat_s,
+        lease_s=options.lease_s,
+        grace_s=options.grace_s,
+    )
+    hosts: dict[str, tracker.HostFacts] = {}
+    remote_addresses = []
+    for name, reply in replies.items():
+        session = sessions[name]
+        if session.host.is_local:
+            continue
+        address = reply.get("ssh_server_address") or resolve_address(name) or name
+        remote_addresses.append(address)
+        hosts[name] = tracker.HostFacts(
+            address=address,
+            interfaces=reply.get("interfaces", {}),
+            free_ports=tuple(reply.get("free_ports", ())),
+        )
+    local_address = _local_address(remote_addresses)
+    for name, reply in replies.items():
+        if sessions[name].host.is_local:
+            hosts[name] = tracker.HostFacts(
+                address=local_address,
+                interfaces=reply.get("interfaces", {}),
+                free_ports=tuple(reply.get("free_ports", ())),
+            )
+    if request.local_host.name not in hosts:
+        hosts[request.local_host.name] = tracker.HostFacts(
+            address=local_address, interfaces=local_interfaces()
+        )
+    return tracker.Facts(job_id=job_id, hosts=hosts)
+
+
+def _local_address(remote_addresses: Sequence[str]) -> str:
+    """127.0.0.1 when everything is local; else the address on the route to the first host."""
+    if not remote_addresses:
+        return "127.0.0.1"
+    return route_address(remote_addresses[0]) or "127.0.0.1"
+
+
+def dry_run_facts(request: tracker.JobRequest, job_id: str, ssh: SshOptions) -> tracker.Facts:
+    """Facts without connecting anywhere: names resolved here, ports chosen here."""
+    from dtrain.ssh import SshTransport
+
+    ports = tracker.ports_needed(request)
+    transport = SshTransport(ssh) if request.hosts else None
+    hosts: dict[str, tracker.HostFacts] = {}
+    remote_addresses = []
+    for host in request.hosts:
+        assert transport is not None
+        target = transport.target(host)
+        address = resolve_address(target.hostname) or target.hostname
+        remote_addresses.append(address)
+        hosts[host.name] = tracker.HostFacts(
+            address=address,
+            interfaces={},
+            free_ports=tuple(local_free_ports(ports.get(host.name, 0))),
+        )
+    hosts[request.local_host.name] = tracker.HostFacts(
+        address=_local_address(remote_addresses),
+        interfaces=local_interfaces(),
+        free_ports=tuple(local_free_ports(ports.get(request.local_host.name, 0))),
+    )
+    return tracker.Facts(job_id=job_id, hosts=hosts)
+
+
+@contextlib.contextmanager
+def forward_signals(events: queue.SimpleQueue[Event | Interrupt]) -> Iterator[None]:
+    """SIGINT/SIGTERM/SIGHUP become events the supervisor handles (stop everything)."""
+
+    def handler(signum: int, frame: object) -> None:
+        events.put(Interrupt(signum))  # SimpleQueue.put is safe in a signal handler
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def write_job_file(log_dir: Path, plan: JobPlan, result: JobResult | None) -> None:
+    document = {
+        "dtrain_job": 1,
+        "plan": plan.to_dict(),
+        "state": result.state.value if result else "running",
+        "result": result.to_dict() if result else None,
+    }
+    temporary = log_dir / ".job.json.tmp"
+    temporary.write_text(json.dumps(document, indent=2) + "\n")
+    temporary.replace(log_dir / "job.json")
+
+
+def prepare_log_dir(root: Path, plan: JobPlan) -> Path:
+    log_dir = root / plan.job_id
+    log_dir.mkdir(parents=True, exist_ok=False)
+    for name, content in plan.extra_files.items():
+        (log_dir / name).write_text(content)
+    for task in plan.tasks:
+        for alias in task.log_aliases:
+            (log_dir / alias).symlink_to(task.log_name)
+    latest = root / "latest"
+    with contextlib.suppress(OSError):
+        if latest.is_symlink() or not latest.exists():
+            temporary = root / f".latest.{os.getpid()}"
+            temporary.symlink_to(plan.job_id)
+            temporary.replace(latest)
+    return log_dir
+
+
+@dataclass
+class Launch:
+    """One `dtrain launch`: its plan (once made) and its result (once finished)."""
+
+    request: tracker.JobRequest
+    job_id: str
+    options: LaunchOptions
+    console: Console
+    plan: JobPlan | None = None
+    log_dir: Path | None = None
+    on_planned: Callable[[JobPlan, Path], None] | None = None
+
+    def run(self) -> JobResult:
+        tracker.place(self.request)  # bad requests fail before any connection
+        hosts = Hosts(self.options.ssh, self.options.remote_python)
+        try:
+            planned_hosts = _hosts_of(self.request)
+            sessions = hosts.open(planned_hosts)
+            with Heartbeat(sessions.values(), self.options.heartbeat_s):
+                facts = gather_facts(self.request, self.job_id, sessions, self.options)
+                self.plan = tracker.plan_job(self.request, facts)
+                self.log_dir = prepare_log_dir(self.options.log_root, self.plan)
+                write_job_file(self.log_dir, self.plan, None)
+                if self.on_planned is not None:
+                    self.on_planned(self.plan, self.log_dir)
+                self._hand_out_tasks(sessions)
+                with forward_signals(hosts.events):
+                    supervisor = Supervisor(
+                        self.plan,
+                        sessions,
+                        hosts.events,
+                        self.log_dir,
+                        self.console,
+                        SupervisorOptions(
+                            grace_s=self.options.grace_s,
+                            timeout_s=self.options.timeout_s,
+                            lease_s=self.options.lease_s,
+                            linger_s=self.options.grace_s,
+                            traceback_timeout_s=self.options.traceback_timeout_s,
+                        ),
+                    )
+                    run_on_all(sessions, "start", "starting the tasks")
+                    result = supervisor.run()
+                write_job_file(self.log_dir, self.plan, result)
+                return result
+        finally:
+            hosts.close()
+
+    def _hand_out_tasks(self, sessions: Mapping[str, AgentSession]) -> None:
+        assert self.plan is not None
+        plan = self.plan
+        by_host: dict[str, list[dict[str, Any]]] = {}
+        for task_id, task in enumerate(plan.tasks):
+            by_host.setdefault(task.host.name, []).append(
+                {
+                    "id": task_id,
+                    "name": task.name,
+                    "argv": list(task.argv),
+                    "env": dict(task.env),
+                    "cwd": plan.workdir,
+                }
+            )
+        run_on_all(
+            sessions,
+            "launch",
+            "checking the tasks",
+            fields_for=lambda s: {"tasks": by_host.get(s.host.name, [])},
+            job_id=plan.job_id,
+            grace_s=self.options.grace_s,
+            traceback_timeout_s=self.options.traceback_timeout_s,
+        )
+
+
+def _hosts_of(request: tracker.JobRequest) -> list[Host]:
+    seen: dict[str, Host] = {}
+    for task in tracker.place(request):
+        seen.setdefault(task.host.name, task.host)
+    return list(seen.values())

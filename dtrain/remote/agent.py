@@ -1,0 +1,676 @@
+"""dtrain's agent: one per host for the life of one dtrain command.
+
+The launcher starts it over ssh (or as a local process) and talks to it in frames over its
+stdin/stdout. It answers questions about the host, starts the host's tasks each in its own
+process group, relays their output and exit status, and stops them. It is the only thing that
+can stop them when the launcher disappears, so it does, within a bounded time:
+
+* the launcher's stream closes (launcher killed, connection dropped with a FIN): every task
+  gets SIGTERM at once and SIGKILL after the job's grace;
+* no frame from the launcher for `lease_s` seconds (network partition, no FIN): the same;
+* the agent itself gets SIGTERM/SIGHUP: the same; and each task leader has a parent-death
+  signal, so even SIGKILL of the agent takes the leaders down.
+
+Standard library only, Python >= 3.6, Linux: dtrain need not be installed on the host.
+"""
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict  # noqa: F401 - used in type comments
+
+from . import procs, proto
+
+READ_CHUNK = 1 << 16
+HIGH_WATER = 8 << 20  # stop reading task output while this much waits for the launcher
+LOW_WATER = 1 << 20
+DRAIN_S = (
+    2.0  # after a task exits, how long its pipes may stay open (grandchildren) before we report
+)
+TRACEBACK_LINE = b"Traceback (most recent call last):"
+IDLE_CPU_FRACTION = 0.05
+
+
+def _monotonic():
+    return time.monotonic()
+
+
+def _set_nonblocking(fd):
+    import fcntl
+
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+
+
+def _parent_death_signal():
+    """Runs in the task's child before exec: die if the agent dies, whatever kills it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class TracebackWatch:
+    """Notices a task whose stderr ends with a complete Python traceback.
+
+    MXNet workers that raise print the traceback and then block forever at interpreter exit;
+    the agent treats such a task as failed once it has been silent and idle for a while.
+    """
+
+    NONE, INSIDE, COMPLETE = 0, 1, 2
+
+    def __init__(self):
+        self.state = self.NONE
+        self.partial = b""
+        self.last_line = b""
+        self.mark_time = 0.0
+        self.mark_cpu = 0.0
+
+    def feed(self, data):
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()[-4096:]
+        completed = False
+        for line in lines:
+            if line.startswith(TRACEBACK_LINE):
+                self.state = self.INSIDE
+            elif self.state == self.INSIDE:
+                if line[:1] not in (b" ", b"\t") and line.strip():
+                    self.state = self.COMPLETE
+                    self.last_line = line[:500]
+                    completed = True
+            elif self.state == self.COMPLETE and line.strip():
+                self.state = self.NONE
+        return completed
+
+
+class Task:
+    def __init__(self, spec):
+        self.id = spec["id"]
+        self.name = spec["name"]
+        self.argv = spec["argv"]
+        self.env = spec["env"]
+        self.cwd = spec["cwd"]
+        self.proc = None
+        self.pgid = None
+        self.files = {}  # fd -> (file object, frame kind)
+        self.code = None
+        self.signal = None
+        self.exited_at = None
+        self.stopped_by_agent = False
+        self.reason = None
+        self.detail = None
+        self.kill_at = None
+        self.drain_until = None
+        self.reported = False
+        self.last_output = _monotonic()
+        self.traceback = TracebackWatch()
+
+    @property
+    def running(self):
+        return self.proc is not None and self.exited_at is None
+
+
+class Agent:
+    def __init__(self, in_fd=0, out_fd=1):
+        self.in_fd = in_fd
+        self.out_fd = out_fd
+        _set_nonblocking(in_fd)
+        _set_nonblocking(out_fd)
+        self.selector = selectors.DefaultSelector()
+        self.reader = proto.FrameReader()
+        self.out = bytearray()
+        self.out_registered = False
+        self.paused = False
+        self.tasks = {}
+        self.job_id = None
+        self.heartbeat_s = 1.0
+        self.lease_s = 15.0
+        self.grace_s = 5.0
+        self.traceback_timeout_s = 0.0
+        self.last_heard = _monotonic()
+        self.last_sent = _monotonic()
+        self.gone = None  # why the launcher is considered gone
+        self.signalled = None
+        self.data_handler = None
+        self.wake_r, self.wake_w = os.pipe()
+        _set_nonblocking(self.wake_r)
+        _set_nonblocking(self.wake_w)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        self.selector.register(in_fd, selectors.EVENT_READ, "ctl")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+
+    def _on_signal(self, signum, frame):
+        self.signalled = signum
+
+    # ---- main loop -------------------------------------------------------------------------
+
+    def run(self):
+        while not self.finished():
+            for key, _ in self.selector.select(self.timeout()):
+                if key.data == "ctl":
+                    self.on_control()
+                elif key.data == "wake":
+                    self.drain_wakeups()
+                elif key.data == "out":
+                    self.flush()
+                else:
+                    task, kind = key.data
+                    self.on_task_output(task, kind, key.fd)
+            self.reap()
+            self.tick()
+        self.flush(final=True)
+
+    def finished(self):
+        if self.gone is None:
+            return False
+        return all(
+            task.proc is None or (task.reported and task.kill_at is None)
+            for task in self.tasks.values()
+        )
+
+    def timeout(self):
+        now = _monotonic()
+        deadlines = [self.last_sent + self.heartbeat_s, self.last_heard + self.lease_s]
+        for task in self.tasks.values():
+            if task.kill_at is not None:
+                deadlines.append(task.kill_at)
+            if task.drain_until is not None and not task.reported:
+                deadlines.append(task.drain_until)
+        if self.traceback_timeout_s > 0:
+            deadlines.append(now + min(1.0, self.traceback_timeout_s))
+        return max(0.0, min(deadlines) - now)
+
+    def drain_wakeups(self):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except OSError:
+            pass
+
+    # ---- launcher side ---------------------------------------------------------------------
+
+    def on_control(self):
+        try:
+            data = os.read(self.in_fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(self.in_fd)
+            self.lose("the launcher's connection closed")
+            return
+        self.last_heard = _monotonic()
+        try:
+            frames = self.reader.feed(data)
+        except proto.FrameError as exc:
+            self.lose("garbled stream from the launcher: %s" % exc)
+            return
+        for kind, _, payload in frames:
+            if kind == proto.REQUEST:
+                self.on_request(proto.decode_json(payload))
+            elif kind == proto.STOP:
+                self.stop_all(proto.decode_json(payload).get("grace_s", self.grace_s))
+            elif kind == proto.KILL:
+                self.kill_all()
+            elif kind == proto.DATA and self.data_handler is not None:
+                self.data_handler(payload)
+
+    def send(self, frame):
+        if self.gone is not None:
+            return
+        self.out += frame
+        self.last_sent = _monotonic()
+        self.flush()
+
+    def reply(self, obj):
+        self.send(proto.encode_json(proto.REPLY, obj))
+
+    def flush(self, final=False):
+        deadline = _monotonic() + 5.0
+        while self.out and self.gone is None:
+            try:
+                written = os.write(self.out_fd, self.out[: READ_CHUNK * 4])
+            except (BlockingIOError, InterruptedError):
+                if not final or _monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+                continue
+            except OSError:
+                self.lose("the launcher's connection closed")
+                break
+            del self.out[:written]
+        if self.gone is not None:
+            del self.out[:]
+        want = bool(self.out) and self.gone is None
+        if want != self.out_registered:
+            if want:
+                self.selector.register(self.out_fd, selectors.EVENT_WRITE, "out")
+            else:
+                self.selector.unregister(self.out_fd)
+            self.out_registered = want
+        self.apply_backpressure()
+
+    def apply_backpressure(self):
+        pause = len(self.out) > HIGH_WATER or (self.paused and len(self.out) > LOW_WATER)
+        if pause == self.paused:
+            return
+        self.paused = pause
+        for task in self.tasks.values():
+            for fd, (_, kind) in task.files.items():
+                if pause:
+                    self.selector.unregister(fd)
+                else:
+                    self.selector.register(fd, selectors.EVENT_READ, (task, kind))
+
+    def lose(self, reason):
+        """The launcher is gone: nobody will stop the tasks but us."""
+        if self.gone is not None:
+            return
+        self.gone = reason
+        self.stop_all(self.grace_s)
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def on_request(self, request):
+        op = request.get("op")
+        handler = getattr(self, "op_" + str(op), None)
+        if handler is None:
+            self.reply({"error": "this agent does not know the request %r" % op})
+            return
+        try:
+            handler(request)
+        except Exception as exc:  # a bug here must reach the launcher, not kill the agent
+            self.reply({"error": "%s failed on this host: %s: %s" % (op, type(exc).__name__, exc)})
+
+    def op_hello(self, request):
+        self.heartbeat_s = float(request.get("heartbeat_s", self.heartbeat_s))
+        self.lease_s = float(request.get("lease_s", self.lease_s))
+        self.grace_s = float(request.get("grace_s", self.grace_s))
+        self.reply(dict(host_facts(int(request.get("ports", 0))), ok=True))
+
+    def op_launch(self, request):
+        self.job_id = request["job_id"]
+        self.grace_s = float(request.get("grace_s", self.grace_s))
+        self.traceback_timeout_s = float(request.get("traceback_timeout_s", 0))
+        tasks = [Task(spec) for spec in request["tasks"]]
+        problems = []
+        for task in tasks:
+            problem = check_runnable(task)
+            if problem and problem not in problems:
+                problems.append(problem)
+        if problems:
+            self.reply({"error": "; ".join(p[0] for p in problems), "hint": problems[0][1]})
+            return
+        self.tasks = {task.id: task for task in tasks}
+        self.reply({"ok": True})
+
+    def op_start(self, request):
+        for task in self.tasks.values():
+            self.spawn(task)
+        self.reply({"ok": True})
+
+    def op_scan(self, request):
+        table = procs.snapshot()
+        selected = procs.select_job_processes(
+            table,
+            job=request.get("job"),
+            include_dmlc=request.get("include_dmlc", True),
+            exclude=procs.ancestors(os.getpid(), table),
+        )
+        self.reply({"ok": True, "processes": procs.describe(table, selected), "time": time.time()})
+
+    def op_kill(self, request):
+        table = procs.snapshot()
+        selected = procs.select_job_processes(
+            table,
+            job=request.get("job"),
+            include_dmlc=request.get("include_dmlc", True),
+            exclude=procs.ancestors(os.getpid(), table),
+        )
+        described = procs.describe(table, selected)
+        if request.get("dry_run"):
+            self.reply(
+                {"ok": True, "processes": described, "term": [], "kill": [], "survivors": []}
+            )
+            return
+        by_term, by_kill, survivors = procs.terminate(
+            table, selected, float(request.get("grace_s", 5.0))
+        )
+        self.reply(
+            {
+                "ok": True,
+                "processes": described,
+                "term": by_term,
+                "kill": by_kill,
+                "survivors": survivors,
+            }
+        )
+
+    # ---- tasks -----------------------------------------------------------------------------
+
+    def spawn(self, task):
+        env = dict(os.environ)
+        env.update(task.env)
+        try:
+            task.proc = subprocess.Popen(
+                task.argv,
+                cwd=task.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_parent_death_signal,
+            )
+        except OSError as exc:
+            task.proc = None
+            task.code = 126 if isinstance(exc, PermissionError) else 127
+            task.reason = "spawn-failed"
+            task.detail = "cannot run %s: %s" % (task.argv[0], exc.strerror or exc)
+            task.reported = True
+            task.exited_at = _monotonic()
+            self.send(
+                proto.encode_json(
+                    proto.EXITED,
+                    {
+                        "code": task.code,
+                        "signal": None,
+                        "stopped_by_agent": False,
+                        "reason": task.reason,
+                        "detail": task.detail,
+                        "time": time.time(),
+                    },
+                    task.id,
+                )
+            )
+            return
+        task.pgid = task.proc.pid
+        for stream, kind in ((task.proc.stdout, proto.STDOUT), (task.proc.stderr, proto.STDERR)):
+            fd = stream.fileno()
+            _set_nonblocking(fd)
+            task.files[fd] = (stream, kind)
+            if not self.paused:
+                self.selector.register(fd, selectors.EVENT_READ, (task, kind))
+        task.last_output = _monotonic()
+        self.send(
+            proto.encode_json(
+                proto.STARTED,
+                {"pid": task.proc.pid, "pgid": task.pgid, "time": time.time()},
+                task.id,
+            )
+        )
+
+    def on_task_output(self, task, kind, fd):
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close_pipe(task, fd)
+            self.maybe_report(task)
+            return
+        now = _monotonic()
+        task.last_output = now
+        if kind == proto.STDERR and task.traceback.feed(data):
+            task.traceback.mark_time = now
+            task.traceback.mark_cpu = self.cpu_of(task)
+        self.send(proto.encode(kind, data, task.id))
+
+    def close_pipe(self, task, fd):
+        stream, _ = task.files.pop(fd)
+        if not self.paused:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(fd)
+        stream.close()
+
+    def reap(self):
+        now = _monotonic()
+        exited = []
+        for task in self.tasks.values():
+            if not task.running:
+                continue
+            status = task.proc.poll()
+            if status is None:
+                continue
+            task.exited_at = now
+            if status < 0:
+                task.signal = -status
+            else:
+                task.code = status
+            task.drain_until = now + DRAIN_S
+            exited.append(task)
+        if not exited:
+            return
+        # Grandchildren die with their task: whatever is left of its group, or carries its tag
+        # after escaping the group, goes too.
+        leftovers = self.signal_tasks(exited, signal.SIGTERM)
+        for task in exited:
+            if task in leftovers:
+                soon = now + min(self.grace_s, 2.0)
+                task.kill_at = soon if task.kill_at is None else min(task.kill_at, soon)
+            else:
+                task.kill_at = None
+            self.maybe_report(task)
+
+    def maybe_report(self, task):
+        if task.reported or task.exited_at is None:
+            return
+        if task.files and _monotonic() < (task.drain_until or 0):
+            return
+        for fd in list(task.files):
+            self.close_pipe(task, fd)
+        task.reported = True
+        self.send(
+            proto.encode_json(
+                proto.EXITED,
+                {
+                    "code": task.code,
+                    "signal": task.signal,
+                    "stopped_by_agent": task.stopped_by_agent,
+                    "reason": task.reason,
+                    "detail": task.detail,
+                    "time": time.time(),
+                },
+                task.id,
+            )
+        )
+
+    def signal_tasks(self, tasks, signum):
+        """Signal each task's process group and every process carrying its tag.
+
+        Returns the tasks that still had a process to signal.
+        """
+        hit = set()
+        for task in tasks:
+            if task.pgid is None:
+                continue
+            try:
+                os.killpg(task.pgid, signum)
+                hit.add(task)
+            except OSError:
+                pass
+        if self.job_id is not None and tasks:
+            names = {task.name: task for task in tasks}
+            table = procs.snapshot()
+            mine = procs.ancestors(os.getpid(), table)
+            for pid in procs.select_job_processes(table, job=self.job_id, exclude=mine):
+                owner = names.get(table[pid].tags.get(procs.TASK_VAR))
+                if owner is None:
+                    continue
+                try:
+                    os.kill(pid, signum)
+                    hit.add(owner)
+                except OSError:
+                    pass
+        return hit
+
+    def stop_all(self, grace_s):
+        now = _monotonic()
+        chosen = [t for t in self.tasks.values() if t.running and t.kill_at is None]
+        for task in chosen:
+            task.stopped_by_agent = True
+            task.kill_at = now + max(float(grace_s), 0.0)
+        self.signal_tasks(chosen, signal.SIGTERM)
+
+    def kill_all(self):
+        chosen = [t for t in self.tasks.values() if t.proc is not None]
+        for task in chosen:
+            if task.running:
+                task.stopped_by_agent = True
+            task.kill_at = None
+        self.signal_tasks(chosen, signal.SIGKILL)
+
+    def cpu_of(self, task):
+        stat = procs.read_stat(task.proc.pid) if task.proc is not None else None
+        return stat[4] if stat else 0.0
+
+    def tick(self):
+        now = _monotonic()
+        if self.signalled is not None:
+            signum, self.signalled = self.signalled, None
+            self.lose("the agent received signal %d" % signum)
+        if self.gone is None and now - self.last_heard > self.lease_s:
+            self.lose("no word from the launcher for %.0fs" % self.lease_s)
+        if self.gone is None and now - self.last_sent >= self.heartbeat_s:
+            self.send(proto.encode(proto.PING))
+        due = [t for t in self.tasks.values() if t.kill_at is not None and now >= t.kill_at]
+        for task in due:
+            task.kill_at = None
+        if due:
+            self.signal_tasks(due, signal.SIGKILL)
+        for task in self.tasks.values():
+            if task.drain_until is not None:
+                self.maybe_report(task)
+            if self.traceback_timeout_s > 0 and task.running and task.kill_at is None:
+                self.check_traceback(task, now)
+
+    def check_traceback(self, task, now):
+        watch = task.traceback
+        if watch.state != TracebackWatch.COMPLETE:
+            return
+        quiet_since = max(watch.mark_time, task.last_output)
+        if now - quiet_since < self.traceback_timeout_s:
+            return
+        cpu = self.cpu_of(task)
+        if cpu - watch.mark_cpu > IDLE_CPU_FRACTION * (now - watch.mark_time):
+            watch.mark_time, watch.mark_cpu = now, cpu  # still computing: not hung yet
+            return
+        task.reason = "traceback-hang"
+        task.detail = watch.last_line.decode("utf-8", "replace")
+        self.signal_tasks([task], signal.SIGTERM)
+        task.kill_at = now + self.grace_s
+
+
+def check_runnable(task):
+    """(problem, hint) if the task cannot start here, before anything starts anywhere."""
+    if not os.path.isdir(task.cwd):
+        return (
+            "working directory %s does not exist" % task.cwd,
+            "pass --workdir DIR that exists on every host, or --sync-dst-dir DIR to copy it there",
+        )
+    program = task.argv[0] if task.argv else ""
+    if "/" in program:
+        path = os.path.join(task.cwd, program)
+        if not os.path.isfile(path):
+            return ("%s: no such file" % program, "check the path; it is resolved in --workdir")
+        if not os.access(path, os.X_OK):
+            return (
+                "%s: not executable" % program,
+                "chmod +x it, or run it through its interpreter",
+            )
+        return None
+    env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(program, path=env_path) is None:
+        return (
+            "command not found: %s (PATH=%s)" % (program, env_path),
+            "install it on this host, or give its absolute path in the command",
+        )
+    return None
+
+
+def free_ports(count):
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def interfaces():
+    """IPv4 address of every interface that has one (Linux ioctl; stdlib has no getifaddrs)."""
+    import fcntl
+    import struct
+
+    result = {}  # type: Dict[str, str]
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return result
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for name in names:
+            try:
+                packed = fcntl.ioctl(
+                    sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15])
+                )  # SIOCGIFADDR
+            except OSError:
+                continue
+            result[name] = socket.inet_ntoa(packed[20:24])
+    finally:
+        sock.close()
+    return result
+
+
+def host_facts(ports):
+    connection = os.environ.get("SSH_CONNECTION", "").split()
+    try:
+        import pwd
+
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        user = str(os.getuid())
+    return {
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "uid": os.getuid(),
+        "user": user,
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "executable": sys.executable,
+        "ssh_server_address": connection[2] if len(connection) == 4 else None,
+        "ssh_client_address": connection[0] if len(connection) == 4 else None,
+        "interfaces": interfaces(),
+        "free_ports": free_ports(ports),
+        "cwd": os.getcwd(),
+        "time": time.time(),
+    }
+
+
+def main():
+    agent = Agent()
+    try:
+        agent.run()
+    except Exception:
+        # Never leave tasks behind because of a bug in here.
+        agent.signal_tasks([t for t in agent.tasks.values() if t.proc is not None], signal.SIGKILL)
+        raise
+    sys.exit(0)

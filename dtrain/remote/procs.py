@@ -1,0 +1,279 @@
+"""Find and stop job processes by what they are (their environment), never by their name.
+
+A job process is a process of this user whose environment carries `DTRAIN_JOB_ID` (any dtrain
+job) or `DMLC_ROLE` (a parameter-server process however it was started), plus its descendants.
+Reads /proc, so it needs nothing installed: standard library only, Python >= 3.6. Shared by
+the agent's task cleanup, `dtrain ps`/`dtrain kill` and `dtrain doctor`'s stale-process check.
+"""
+
+import contextlib
+import os
+import signal
+import time
+from typing import Dict, List  # noqa: F401 - used in type comments
+
+JOB_VAR = "DTRAIN_JOB_ID"
+TASK_VAR = "DTRAIN_TASK"
+ROLE_VAR = "DMLC_ROLE"
+TAG_VARS = (JOB_VAR, TASK_VAR, ROLE_VAR)
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def boot_time():
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
+
+
+class Proc:
+    """One process as /proc shows it, with only the tag variables of its environment."""
+
+    __slots__ = (
+        "cmdline",
+        "comm",
+        "cpu_s",
+        "pgid",
+        "pid",
+        "ppid",
+        "rss",
+        "sid",
+        "start",
+        "state",
+        "tags",
+        "uid",
+    )
+
+    def __init__(self, pid, uid, stat, start, tags):
+        self.pid = pid
+        self.uid = uid
+        self.state, self.ppid, self.pgid, self.sid, self.cpu_s, _, self.rss, self.comm = stat
+        self.start = start
+        self.tags = tags
+        self.cmdline = []
+
+    def to_dict(self):
+        return {
+            "pid": self.pid,
+            "ppid": self.ppid,
+            "pgid": self.pgid,
+            "uid": self.uid,
+            "state": self.state,
+            "start": self.start,
+            "cpu_s": self.cpu_s,
+            "rss": self.rss,
+            "cmdline": self.cmdline,
+            "tags": self.tags,
+        }
+
+
+def read_stat(pid):
+    """(state, ppid, pgid, sid, cpu seconds, start ticks since boot, rss bytes, comm) or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    open_paren = data.find(b"(")
+    close_paren = data.rfind(b")")
+    if open_paren < 0 or close_paren < 0:
+        return None
+    comm = data[open_paren + 1 : close_paren].decode("utf-8", "replace")
+    fields = data[close_paren + 2 :].split()
+    # fields[0] is field 3 of proc(5): state, ppid, pgrp, session, ..., utime(14), stime(15),
+    # ..., starttime(22), vsize(23), rss(24)
+    try:
+        cpu = (int(fields[11]) + int(fields[12])) / float(_TICKS)
+        return (
+            fields[0].decode(),
+            int(fields[1]),
+            int(fields[2]),
+            int(fields[3]),
+            cpu,
+            int(fields[19]),
+            int(fields[21]) * _PAGE,
+            comm,
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def read_environ(pid):
+    """The process's initial environment as a dict of str, or None if unreadable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "replace")
+    return env
+
+
+def read_cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            data = f.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in data.rstrip(b"\0").split(b"\0")]
+
+
+def pids():
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    return [int(name) for name in names if name.isdigit()]
+
+
+def snapshot(uid=None, with_tags=True):
+    """Every process of `uid` (default: ours), keyed by pid."""
+    if uid is None:
+        uid = os.getuid()
+    btime = boot_time()
+    result = {}
+    for pid in pids():
+        try:
+            owner = os.stat("/proc/%d" % pid).st_uid
+        except OSError:
+            continue
+        if owner != uid:
+            continue
+        stat = read_stat(pid)
+        if stat is None:
+            continue
+        tags = {}
+        if with_tags:
+            env = read_environ(pid) or {}
+            tags = {key: env[key] for key in TAG_VARS if key in env}
+        proc = Proc(pid, owner, stat, btime + stat[5] / float(_TICKS), tags)
+        result[pid] = proc
+    return result
+
+
+def ancestors(pid, table=None):
+    """pid and its ancestors: a cleanup must never stop the session it runs in."""
+    chain = set()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        if table is not None and pid in table:
+            pid = table[pid].ppid
+        else:
+            stat = read_stat(pid)
+            if stat is None:
+                break
+            pid = stat[1]
+    return chain
+
+
+def select_job_processes(table, job=None, task=None, include_dmlc=True, exclude=()):
+    """Tagged processes and all their descendants, as a sorted list of pids.
+
+    With `job`, only that dtrain job's processes; with `task` too, only that task's.
+    """
+    excluded = set(exclude)
+    roots = set()
+    for proc in table.values():
+        if proc.pid in excluded or proc.state == "Z":
+            continue
+        tags = proc.tags
+        if job is not None:
+            if tags.get(JOB_VAR) != job:
+                continue
+            if task is not None and tags.get(TASK_VAR) != task:
+                continue
+        elif JOB_VAR not in tags and not (include_dmlc and ROLE_VAR in tags):
+            continue
+        roots.add(proc.pid)
+    children = {}  # type: Dict[int, List[int]]
+    for proc in table.values():
+        children.setdefault(proc.ppid, []).append(proc.pid)
+    selected = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in selected or pid in excluded:
+            continue
+        if table[pid].state == "Z":
+            continue
+        selected.add(pid)
+        stack.extend(children.get(pid, ()))
+    return sorted(selected)
+
+
+def describe(table, selected):
+    """Selected processes as dicts with their command lines, for ps/kill/doctor reports."""
+    result = []
+    for pid in selected:
+        proc = table.get(pid)
+        if proc is None:
+            continue
+        proc.cmdline = read_cmdline(pid)
+        result.append(proc.to_dict())
+    return result
+
+
+def alive(pid):
+    stat = read_stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def signal_processes(table, selected, signum):
+    """Signal whole process groups where every member is selected, single pids otherwise."""
+    chosen = set(selected)
+    groups = {}  # type: Dict[int, List[int]]
+    for pid in pids():  # every user's processes: a group may hold someone else's
+        stat = read_stat(pid)
+        if stat is not None and stat[0] != "Z":
+            groups.setdefault(stat[2], []).append(pid)
+    done = set()
+    for pid in selected:
+        if pid in done or pid not in table:
+            continue
+        pgid = table[pid].pgid
+        members = groups.get(pgid, [])
+        if pgid > 1 and members and all(member in chosen for member in members):
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signum)
+            done.update(members)
+        else:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+            done.add(pid)
+
+
+def terminate(table, selected, grace_s, poll_s=0.05):
+    """SIGTERM, wait up to the grace, SIGKILL what is left, verify.
+
+    Returns (killed_by_term, killed_by_kill, survivors) as lists of pids.
+    """
+    if not selected:
+        return [], [], []
+    signal_processes(table, selected, signal.SIGTERM)
+    deadline = time.monotonic() + max(grace_s, 0.0)
+    remaining = [pid for pid in selected if alive(pid)]
+    while remaining and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        remaining = [pid for pid in remaining if alive(pid)]
+    by_term = [pid for pid in selected if pid not in remaining]
+    if remaining:
+        signal_processes(table, remaining, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            still = [pid for pid in remaining if alive(pid)]
+            if not still:
+                break
+            time.sleep(poll_s)
+    survivors = [pid for pid in remaining if alive(pid)]
+    by_kill = [pid for pid in remaining if pid not in survivors]
+    return by_term, by_kill, survivors

@@ -1,0 +1,409 @@
+"""The ssh transport: one paramiko connection per host, resolved and checked like OpenSSH.
+
+Settings come from `~/.ssh/config` then `/etc/ssh/ssh_config`, or only `--ssh-config FILE` (like
+`ssh -F`). Host keys are checked against known_hosts; an unknown key fails (or is recorded with
+accept-new), a changed key always fails. Nothing ever prompts. The only module that imports
+paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 s to import.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import getpass
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from dtrain.errors import ConnectError, Problem
+from dtrain.hosts import Host
+from dtrain.transport import SshOptions, agent_payload, remote_command
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+MAX_PARALLEL_CONNECTS = 32
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """One host's ssh settings, resolved the way OpenSSH would resolve them."""
+
+    alias: str
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    known_hosts_files: tuple[str, ...] = ()
+    strict_host_keys: str = "yes"
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    proxy_jump: str | None = None
+
+    @property
+    def display(self) -> str:
+        return f"{self.hostname}:{self.port}"
+
+
+def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
+    """`--ssh-config FILE` alone (like `ssh -F`), else the user's then the system's config."""
+    if options.config_file is not None:
+        return paramiko.SSHConfig.from_path(options.config_file)
+    texts = []
+    for path in (os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"):
+        with contextlib.suppress(OSError):
+            texts.append(Path(path).read_text())
+    return paramiko.SSHConfig.from_text("\n".join(texts))
+
+
+def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) -> SshTarget:
+    """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do."""
+    found = config.lookup(host.name)
+    port = host.port or int(found.get("port", 22))
+    user = host.user or found.get("user") or getpass.getuser()
+    identities = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
+    known = found.get("userknownhostsfile")
+    if known:
+        known_files = tuple(os.path.expanduser(p) for p in known.split())
+    else:
+        known_files = (
+            os.path.join(options.user_config_dir, "known_hosts"),
+            os.path.join(options.user_config_dir, "known_hosts2"),
+        )
+    known_files = (*known_files, "/etc/ssh/ssh_known_hosts")
+    timeout = options.connect_timeout_s
+    if timeout is None:
+        timeout = float(found.get("connecttimeout", DEFAULT_CONNECT_TIMEOUT_S))
+    jump = found.get("proxyjump")
+    return SshTarget(
+        alias=host.name,
+        hostname=found.get("hostname", host.name),
+        port=port,
+        user=user,
+        identity_files=identities,
+        identities_only=found.get("identitiesonly", "no").lower() == "yes",
+        known_hosts_files=known_files,
+        strict_host_keys=found.get("stricthostkeychecking", "ask").lower(),
+        connect_timeout_s=timeout,
+        proxy_jump=None if jump in (None, "none") else jump,
+    )
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, so users can compare it with `ssh-keygen -lf`."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_entry(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class UnknownHostKey(Exception):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(hostname)
+        self.hostname = hostname
+        self.key = key
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown keys fail, or with accept-new are recorded; changed keys always fail (paramiko)."""
+
+    _record_lock = threading.Lock()
+
+    def __init__(self, accept_new: bool, record_file: str) -> None:
+        self.accept_new = accept_new
+        self.record_file = record_file
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        if not self.accept_new:
+            raise UnknownHostKey(hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        with self._record_lock:
+            Path(self.record_file).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(self.record_file, "a") as out:
+                out.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        logger.info("recorded the host key of %s in %s", hostname, self.record_file)
+
+
+class SshTransport:
+    """One authenticated connection per host, opened in parallel, reused for every channel."""
+
+    def __init__(self, options: SshOptions) -> None:
+        self.options = options
+        self.config = load_ssh_config(options)
+        self.clients: dict[str, paramiko.SSHClient] = {}
+        self.connect_times_s: dict[str, float] = {}
+        self._jumps: dict[str, paramiko.SSHClient] = {}
+        self._lock = threading.Lock()
+
+    def target(self, host: Host) -> SshTarget:
+        return resolve_target(host, self.config, self.options)
+
+    def connect_all(self, hosts: Sequence[Host]) -> None:
+        """Connect and authenticate every host; if any fails, close all and name each failure."""
+        problems = self.try_connect_all(hosts)
+        if problems:
+            self.close()
+            count = len(problems)
+            raise ConnectError(
+                f"cannot reach {count} of {len(hosts)} host{'s' if len(hosts) > 1 else ''}; "
+                "nothing was started",
+                problems=list(problems.values()),
+            )
+
+    def try_connect_all(self, hosts: Sequence[Host]) -> dict[str, Problem]:
+        """Connect every host that can be reached; return the problems of the others."""
+        problems: dict[str, Problem] = {}
+        width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:
+            outcomes = list(pool.map(self._connect_one, hosts))
+        for host, problem in zip(hosts, outcomes, strict=True):
+            if problem is not None:
+                problems[host.name] = problem
+        return problems
+
+    def _connect_one(self, host: Host) -> Problem | None:
+        target = self.target(host)
+        started = time.monotonic()
+        last: Problem | None = None
+        for attempt in range(2):
+            try:
+                client = self._connect(target)
+            except Exception as exc:  # every failure becomes a message naming the host
+                last = describe_connect_error(host, target, exc, self.options)
+                if not _is_transient(exc) or attempt == 1:
+                    return last
+                time.sleep(0.2)
+                continue
+            with self._lock:
+                self.clients[host.name] = client
+                self.connect_times_s[host.name] = time.monotonic() - started
+            return None
+        return last
+
+    def _open_socket(self, target: SshTarget) -> socket.socket | paramiko.Channel:
+        if target.proxy_jump:
+            jump = self._jump_client(target.proxy_jump.split(",")[-1])
+            transport = jump.get_transport()
+            assert transport is not None
+            return transport.open_channel(
+                "direct-tcpip",
+                (target.hostname, target.port),
+                ("127.0.0.1", 0),
+                timeout=target.connect_timeout_s,
+            )
+        sock = socket.create_connection(
+            (target.hostname, target.port), timeout=target.connect_timeout_s
+        )
+        # paramiko sets no socket options: Nagle + delayed ACK cost ~40 ms per round trip.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _jump_client(self, spec: str) -> paramiko.SSHClient:
+        with self._lock:
+            if spec in self._jumps:
+                return self._jumps[spec]
+        user, _, rest = spec.rpartition("@")
+        name, _, port = rest.partition(":")
+        jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
+        client = self._connect(self.target(jump_host))
+        with self._lock:
+            self._jumps[spec] = client
+        return client
+
+    def _connect(self, target: SshTarget) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        for path in target.known_hosts_files:
+            if os.path.exists(path):
+                client.load_system_host_keys(path)
+        accept_new = self.options.accept_new_host_keys or target.strict_host_keys in (
+            "accept-new",
+            "no",
+            "off",
+        )
+        client.set_missing_host_key_policy(_HostKeyPolicy(accept_new, target.known_hosts_files[0]))
+        sock = self._open_socket(target)
+        try:
+            client.connect(
+                hostname=target.hostname,
+                port=target.port,
+                username=target.user,
+                sock=sock,
+                timeout=target.connect_timeout_s,
+                banner_timeout=target.connect_timeout_s,
+                auth_timeout=target.connect_timeout_s,
+                key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
+                look_for_keys=not target.identity_files,
+                allow_agent=not target.identities_only,
+                passphrase=None,
+            )
+        except BaseException:
+            client.close()
+            sock.close()
+            raise
+        return client
+
+    def open_link(self, host: Host, python: str = "python3") -> SshLink:
+        client = self.clients[host.name]
+        return SshLink(client, remote_command(python))
+
+    def drop(self, host: Host) -> None:
+        """Abandon a host (lost or partitioned): closing unblocks any reader."""
+        client = self.clients.pop(host.name, None)
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        for client in [*self.clients.values(), *self._jumps.values()]:
+            client.close()
+        self.clients.clear()
+        self._jumps.clear()
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException)):
+        return False
+    if isinstance(exc, (paramiko.AuthenticationException, socket.gaierror)):
+        return False
+    return isinstance(exc, (paramiko.SSHException, OSError, EOFError))
+
+
+def describe_connect_error(
+    host: Host, target: SshTarget, exc: BaseException, options: SshOptions
+) -> Problem:
+    """Turn whatever paramiko or the socket raised into a message that says what to do."""
+    where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
+    doctor = "`dtrain doctor -H HOSTS` checks every host"
+    if isinstance(exc, UnknownHostKey):
+        entry = known_hosts_entry(target.hostname, target.port)
+        return Problem(
+            f"{where}: unknown host key {exc.key.get_name()} {fingerprint(exc.key)} "
+            f"(not in {target.known_hosts_files[0]})",
+            host=host.name,
+            code="host_key_unknown",
+            hint=f"check the fingerprint, then rerun with --accept-new-host-keys to record it "
+            f"(or: ssh-keyscan -p {target.port} {target.hostname} >> "
+            f"{target.known_hosts_files[0]}); entry name: {entry}",
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        entry = known_hosts_entry(target.hostname, target.port)
+        return Problem(
+            f"{where}: HOST KEY CHANGED: it presents {exc.key.get_name()} "
+            f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}; "
+            "this can be a man-in-the-middle attack, so dtrain will not connect",
+            host=host.name,
+            code="host_key_changed",
+            hint=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{entry}' "
+            f"-f {target.known_hosts_files[0]}",
+        )
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return Problem(
+            f"{where}: the ssh key is protected by a passphrase and dtrain never prompts",
+            host=host.name,
+            code="auth_passphrase",
+            hint="load the key into ssh-agent first (eval $(ssh-agent); ssh-add KEY)",
+        )
+    if isinstance(exc, paramiko.BadAuthenticationType):
+        allowed = ", ".join(exc.allowed_types) or "none"
+        return Problem(
+            f"{where}: the server accepts only {allowed} logins as {target.user}; dtrain uses "
+            "keys and never asks for a password",
+            host=host.name,
+            code="auth_password_only",
+            hint=f"install your public key on {host.name}: ssh-copy-id -p {target.port} "
+            f"{target.user}@{target.hostname}",
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        tried = ", ".join(target.identity_files) or "ssh-agent and ~/.ssh/id_*"
+        return Problem(
+            f"{where}: the server refused our keys as user {target.user} (tried {tried})",
+            host=host.name,
+            code="auth_failed",
+            hint=f"add your public key to ~{target.user}/.ssh/authorized_keys on {host.name} "
+            f"(ssh-copy-id -p {target.port} {target.user}@{target.hostname}); dtrain never "
+            "asks for a password",
+        )
+    if isinstance(exc, socket.gaierror):
+        return Problem(
+            f"{host.name}: cannot resolve host name {target.hostname}: {exc.strerror}",
+            host=host.name,
+            code="dns",
+            hint="check the name in the hosts file, or give it a HostName in your ssh config",
+        )
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return Problem(
+            f"{where}: connection timed out after {target.connect_timeout_s:g}s",
+            host=host.name,
+            code="timeout",
+            hint=f"check that {host.name} is up and that port {target.port} is open; {doctor}",
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return Problem(
+            f"{where}: connection refused",
+            host=host.name,
+            code="refused",
+            hint=f"is sshd running on {host.name} and listening on port {target.port}?",
+        )
+    return Problem(
+        f"{where}: {type(exc).__name__}: {exc}",
+        host=host.name,
+        code="connect",
+        hint=doctor,
+    )
+
+
+class SshLink:
+    """The agent on one exec channel of the host's shared connection."""
+
+    def __init__(self, client: paramiko.SSHClient, command: str) -> None:
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectionError("the ssh connection is closed")
+        self.channel = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT_S)
+        self.channel.exec_command(command)
+        self._stderr = bytearray()
+        self.send(agent_payload())
+
+    def send(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        data = self.channel.recv(size)
+        self._collect_stderr()
+        if not data:
+            # The exit status and final stderr arrive around EOF: collect them before we report.
+            deadline = time.monotonic() + 0.5
+            while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self._collect_stderr()
+        return data
+
+    def _collect_stderr(self) -> None:
+        while self.channel.recv_stderr_ready():
+            chunk = self.channel.recv_stderr(65536)
+            if not chunk:
+                break
+            self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
+
+    def stderr_text(self) -> str:
+        self._collect_stderr()
+        return self._stderr.decode("utf-8", "replace")
+
+    def close_input(self) -> None:
+        if not self.channel.closed:
+            self.channel.shutdown_write()
+
+    def close(self) -> None:
+        self.channel.close()

@@ -1,0 +1,424 @@
+"""Plans a job: which task runs on which host, at which address and port, with what environment.
+
+Placement (deterministic, documented in the README):
+
+* parameter-server frameworks (dmlc, tf, paddle with servers): servers and workers are each
+  spread round-robin over the hosts, starting from the first host; a host with `slots=N`
+  appears N times in the cycle (interleaved), so it gets N times the tasks. The dmlc scheduler
+  runs on the launching machine unless `--scheduler-host` names a host.
+* collective frameworks (torch, paddle without servers): each host takes `slots` ranks (or
+  `--nproc-per-host`, or one per `--gpus` entry), hosts in file order, so ranks on one host are
+  contiguous: rank = ranks on earlier hosts + local rank.
+
+Pure: facts about the world (addresses, free ports, the job id) come in through `Facts`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from dtrain import frameworks
+from dtrain.errors import DtrainError, UsageError
+from dtrain.hosts import Host
+from dtrain.plan import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
+
+ENV_HINT = "write --env KEY=VALUE, or --env KEY to pass KEY from this shell"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the user asked for, flags resolved, nothing looked up yet."""
+
+    command: tuple[str, ...]
+    local_host: Host
+    framework: Framework = Framework.DMLC
+    num_workers: int | None = None
+    num_servers: int | None = None
+    hosts: tuple[Host, ...] = ()
+    scheduler_host: str | None = None
+    host_ip: str | None = None
+    interface: str | None = None
+    port: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    role_env: Mapping[Role, Mapping[str, str]] = field(default_factory=dict)
+    shell_env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str = "."
+    chief: bool = False
+    nproc_per_host: int | None = None
+    gpus: tuple[str, ...] = ()
+    ps_gpus: bool = False
+
+    @property
+    def is_local_only(self) -> bool:
+        return not self.hosts
+
+    @property
+    def effective_interface(self) -> str | None:
+        return self.interface or self.shell_env.get("DMLC_INTERFACE") or None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What dtrain learned about one host before planning.
+
+    `address` is the IP its peers reach it at (never an alias: ZMQ binds it).
+    """
+
+    address: str
+    interfaces: Mapping[str, str] = field(default_factory=dict)
+    free_ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Facts:
+    job_id: str
+    hosts: Mapping[str, HostFacts]
+
+
+def make_job_id(now: datetime, token: str) -> str:
+    """Sortable and readable: `20261122-143005-3fa2`."""
+    return f"{now:%Y%m%d-%H%M%S}-{token}"
+
+
+def parse_env_assignments(
+    items: Sequence[str], shell_env: Mapping[str, str], flag: str
+) -> dict[str, str]:
+    """`KEY=VALUE` sets a value; a bare `KEY` passes this shell's value through."""
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key or not (key[0].isalpha() or key[0] == "_") or not key.replace("_", "").isalnum():
+            raise UsageError(f'{flag} "{item}": "{key}" is not a variable name', hint=ENV_HINT)
+        if not sep:
+            if key not in shell_env:
+                raise UsageError(
+                    f"{flag} {key}: {key} is not set in this shell",
+                    hint=f"export {key} first, or write {flag} {key}=VALUE",
+                )
+            value = shell_env[key]
+        env[key] = value
+    return env
+
+
+def validate(request: JobRequest) -> None:
+    """Reject impossible requests before anything is looked up or started."""
+    fw = request.framework
+    if not request.command:
+        raise UsageError(
+            "no command to run",
+            hint="put the training command after --, e.g. dtrain launch -n 2 -- python train.py",
+        )
+    if request.num_workers is not None and request.num_workers < 1:
+        raise UsageError("-n/--num-workers must be at least 1")
+    if request.num_servers is not None and request.num_servers < 0:
+        raise UsageError("-s/--num-servers cannot be negative")
+    if fw is Framework.TORCH and request.num_servers:
+        raise UsageError(
+            "torch jobs have no parameter servers", hint="drop -s; -n is the world size"
+        )
+    if request.chief and fw is not Framework.TF:
+        raise UsageError("--chief is for TensorFlow jobs", hint="add --framework tf")
+    if request.scheduler_host is not None:
+        if fw is not Framework.DMLC:
+            raise UsageError(f"--scheduler-host is for dmlc jobs; {fw.value} jobs have none")
+        names = [host.name for host in request.hosts]
+        if request.scheduler_host not in names:
+            listed = ", ".join(names) if names else "none (no -H given)"
+            raise UsageError(
+                f'--scheduler-host "{request.scheduler_host}" is not in the hosts file',
+                hint=f"name one of the hosts: {listed}",
+            )
+    if request.nproc_per_host is not None:
+        if request.nproc_per_host < 1:
+            raise UsageError("--nproc-per-host must be at least 1")
+        if not _shape(request).is_collective:
+            raise UsageError(
+                "--nproc-per-host is for collective jobs (torch, paddle without servers)",
+                hint="use slots=N in the hosts file to weight parameter-server placement",
+            )
+        if request.gpus:
+            raise UsageError("give either --gpus or --nproc-per-host, not both")
+    if len(set(request.gpus)) != len(request.gpus):
+        raise UsageError(f"--gpus lists a GPU twice: {','.join(request.gpus)}")
+    if request.host_ip is not None:
+        try:
+            ipaddress.ip_address(request.host_ip)
+        except ValueError:
+            raise UsageError(
+                f'--host-ip "{request.host_ip}" is not an IP address',
+                hint="ps-lite binds this address: give an IP, not a host name",
+            ) from None
+
+
+def _shape(request: JobRequest) -> frameworks.Shape:
+    servers = request.num_servers if request.num_servers is not None else 0
+    return frameworks.shape_of(request.framework, servers, request.chief)
+
+
+def _run_hosts(request: JobRequest) -> tuple[Host, ...]:
+    return request.hosts or (request.local_host,)
+
+
+def place(request: JobRequest) -> tuple[PlacedTask, ...]:
+    """Decide every task's role, index and host (see the module docstring for the rules)."""
+    validate(request)
+    fw = request.framework
+    hosts = _run_hosts(request)
+    shape = _shape(request)
+    placed: list[PlacedTask] = []
+    if shape.needs_scheduler:
+        where = request.local_host
+        if request.scheduler_host is not None:
+            where = next(h for h in request.hosts if h.name == request.scheduler_host)
+        placed.append(_placed(Role.SCHEDULER, 0, where, hosts, 0, 1))
+    if shape.is_collective:
+        placed += _place_collective(request, hosts)
+        return tuple(placed)
+    workers = _num_workers_ps(request, hosts)
+    servers = (
+        request.num_servers
+        if request.num_servers is not None
+        else frameworks.default_num_servers(fw, workers)
+    )
+    placed += _round_robin(Role.SERVER, servers, hosts)
+    if request.chief:
+        placed += _round_robin(Role.CHIEF, 1, hosts)
+    if request.gpus:
+        placed += _place_per_gpu(workers, hosts, request.gpus)
+    else:
+        placed += _round_robin(Role.WORKER, workers, hosts, offset=1 if request.chief else 0)
+    return tuple(placed)
+
+
+def _num_workers_ps(request: JobRequest, hosts: Sequence[Host]) -> int:
+    if not request.gpus:
+        return request.num_workers if request.num_workers is not None else 1
+    expected = len(hosts) * len(request.gpus)
+    if request.num_workers is not None and request.num_workers != expected:
+        raise UsageError(
+            f"--gpus {','.join(request.gpus)} on {len(hosts)} host(s) starts {expected} workers, "
+            f"but -n says {request.num_workers}",
+            hint=f"drop -n, or pass -n {expected}",
+        )
+    return expected
+
+
+def _placed(
+    role: Role, index: int, host: Host, hosts: Sequence[Host], local_rank: int, local_size: int
+) -> PlacedTask:
+    node_rank = next((i for i, h in enumerate(hosts) if h.name == host.name), 0)
+    return PlacedTask(
+        role=role,
+        index=index,
+        host=host,
+        node_rank=node_rank,
+        local_rank=local_rank,
+        local_size=local_size,
+    )
+
+
+def slot_cycle(hosts: Sequence[Host]) -> list[Host]:
+    """Hosts repeated by slots and interleaved: a(2), b(1) -> [a, b, a]."""
+    depth = max(host.slot_count for host in hosts)
+    return [host for level in range(depth) for host in hosts if host.slot_count > level]
+
+
+def _round_robin(
+    role: Role, count: int, hosts: Sequence[Host], offset: int = 0
+) -> list[PlacedTask]:
+    cycle = slot_cycle(hosts)
+    chosen = [cycle[(offset + i) % len(cycle)] for i in range(count)]
+    result = []
+    for index, host in enumerate(chosen):
+        same = [i for i, h in enumerate(chosen) if h.name == host.name]
+        result.append(_placed(role, index, host, hosts, same.index(index), len(same)))
+    return result
+
+
+def _place_per_gpu(count: int, hosts: Sequence[Host], gpus: Sequence[str]) -> list[PlacedTask]:
+    per_host = len(gpus)
+    result = []
+    for index in range(count):
+        host = hosts[index // per_host]
+        local = index % per_host
+        task = _placed(Role.WORKER, index, host, hosts, local, per_host)
+        result.append(replace(task, gpu=gpus[local]))
+    return result
+
+
+def _capacity(request: JobRequest, host: Host) -> int:
+    if request.gpus:
+        return len(request.gpus)
+    if request.nproc_per_host is not None:
+        return request.nproc_per_host
+    return host.slot_count
+
+
+def _place_collective(request: JobRequest, hosts: Sequence[Host]) -> list[PlacedTask]:
+    if request.is_local_only and not request.gpus and request.nproc_per_host is None:
+        world = request.num_workers if request.num_workers is not None else 1
+        return [_placed(Role.WORKER, rank, hosts[0], hosts, rank, world) for rank in range(world)]
+    capacity = sum(_capacity(request, host) for host in hosts)
+    world = request.num_workers if request.num_workers is not None else capacity
+    if world > capacity:
+        raise UsageError(
+            f"-n {world} ranks do not fit: the hosts provide {capacity} "
+            f"({' + '.join(str(_capacity(request, h)) for h in hosts)})",
+            hint="add slots=N to hosts-file lines, pass --nproc-per-host N, or lower -n",
+        )
+    result: list[PlacedTask] = []
+    for host in hosts:
+        take = min(_capacity(request, host), world - len(result))
+        if take <= 0:
+            break
+        for local in range(take):
+            task = _placed(Role.WORKER, len(result), host, hosts, local, take)
+            if request.gpus:
+                task = replace(task, gpu=request.gpus[local])
+            result.append(task)
+    return result
+
+
+def ports_needed(request: JobRequest) -> dict[str, int]:
+    """How many free ports each host must offer (by host name) before the plan can be made."""
+    placed = place(request)
+    shape = _shape(request)
+    needed: dict[str, int] = {}
+    if request.port is not None:
+        return needed
+    if shape.task_ports:
+        for task in placed:
+            needed[task.host.name] = needed.get(task.host.name, 0) + 1
+    elif placed:
+        rendezvous_task = placed[0]
+        needed[rendezvous_task.host.name] = 1
+    return needed
+
+
+def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
+    """Turn a request and the facts looked up for it into a complete plan."""
+    placed = place(request)
+    shape = _shape(request)
+    addressed = [replace(t, address=_task_address(request, facts, t.host)) for t in placed]
+    _check_no_loopback(request, addressed)
+    addressed = _assign_endpoints(request, facts, addressed, shape)
+    rendezvous: Endpoint | None = None
+    if shape.needs_scheduler or request.framework is Framework.TORCH:
+        first = addressed[0]
+        address = request.host_ip or first.address
+        port = request.port if request.port is not None else _free_port(facts, first.host, 0)
+        rendezvous = Endpoint(address, port)
+        if shape.needs_scheduler:
+            addressed[0] = replace(first, address=address)
+    ctx = frameworks.JobContext(
+        framework=request.framework,
+        job_id=facts.job_id,
+        tasks=tuple(addressed),
+        rendezvous=rendezvous,
+        ps_gpus=request.ps_gpus,
+    )
+    forwarded = frameworks.forwarded_env(request.framework, request.shell_env)
+    is_multi_host = not request.is_local_only
+    specs = []
+    for task in addressed:
+        name = frameworks.task_name(request.framework, task.role, task.index)
+        env = dict(forwarded)
+        env.update(frameworks.task_env(ctx, task))
+        env.update(request.env)
+        env.update(request.role_env.get(task.role, {}))
+        specs.append(
+            TaskSpec(
+                role=task.role,
+                index=task.index,
+                name=name,
+                host=task.host,
+                address=task.address,
+                argv=frameworks.task_argv(ctx, task, request.command),
+                env=env,
+                label=f"{name}@{task.host.display}" if is_multi_host else name,
+                log_name=f"{name}.log",
+                endpoint=task.endpoint,
+                gpu=task.gpu,
+                log_aliases=frameworks.log_aliases(request.framework, task.role, task.index),
+            )
+        )
+    extra_files: dict[str, str] = {}
+    if request.framework is Framework.PADDLE:
+        endpoints = "\n".join(ctx.endpoints(Role.WORKER) + ctx.endpoints(Role.SERVER))
+        extra_files["endpoints.log"] = f"PADDLE_TRAINER_ENDPOINTS:\n{endpoints}\n"
+    return JobPlan(
+        job_id=facts.job_id,
+        framework=request.framework,
+        tasks=tuple(specs),
+        workdir=request.workdir,
+        rendezvous=rendezvous,
+        finish_roles=shape.finish_roles,
+        others_exit_by_themselves=shape.others_exit_by_themselves,
+        extra_files=extra_files,
+    )
+
+
+def _host_facts(facts: Facts, host: Host) -> HostFacts:
+    try:
+        return facts.hosts[host.name]
+    except KeyError:
+        raise DtrainError(f"no address known for host {host.name}") from None
+
+
+def _task_address(request: JobRequest, facts: Facts, host: Host) -> str:
+    """The IP a task's peers reach it at: the interface's address when one is named."""
+    host_facts = _host_facts(facts, host)
+    interface = request.effective_interface
+    if interface is None:
+        return host_facts.address
+    try:
+        return host_facts.interfaces[interface]
+    except KeyError:
+        have = ", ".join(sorted(host_facts.interfaces)) or "none with IPv4"
+        raise DtrainError(
+            f"host {host.name} has no IPv4 address on interface {interface}",
+            hint=f"its interfaces are: {have}; pass --interface NAME or unset DMLC_INTERFACE",
+        ) from None
+
+
+def _check_no_loopback(request: JobRequest, tasks: Sequence[PlacedTask]) -> None:
+    if request.is_local_only:
+        return
+    for address in {t.address for t in tasks} | ({request.host_ip} if request.host_ip else set()):
+        if ipaddress.ip_address(address).is_loopback:
+            raise UsageError(
+                f"the job spans several machines, but {address} is a loopback address "
+                "that other machines cannot reach",
+                hint="pass --host-ip with this machine's address on the hosts' network, "
+                "or --interface NAME",
+            )
+
+
+def _free_port(facts: Facts, host: Host, position: int) -> int:
+    ports = _host_facts(facts, host).free_ports
+    if position >= len(ports):
+        raise DtrainError(f"host {host.name} offered too few free ports ({len(ports)})")
+    return ports[position]
+
+
+def _assign_endpoints(
+    request: JobRequest, facts: Facts, tasks: list[PlacedTask], shape: frameworks.Shape
+) -> list[PlacedTask]:
+    if not shape.task_ports:
+        return tasks
+    used: dict[str, int] = {}
+    result = []
+    for task in tasks:
+        position = used.get(task.host.name, 0)
+        used[task.host.name] = position + 1
+        if request.port is not None:
+            port = request.port + position
+            if port > 65535:
+                raise UsageError(f"--port {request.port} leaves no room for {position + 1} tasks")
+        else:
+            port = _free_port(facts, task.host, position)
+        result.append(replace(task, endpoint=Endpoint(task.address, port)))
+    return result

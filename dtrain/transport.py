@@ -1,0 +1,182 @@
+"""How dtrain starts its agent on a host: the agent's code, and the local transport.
+
+Every host runs the same agent (`dtrain.remote`), sent as source over the agent's stdin, so
+nothing of dtrain need be installed on a host; its command line holds no job data, and the
+job's environment travels inside the stream, never in any process's argv. `dtrain.ssh` carries
+the agent to remote hosts; this module starts it on this machine and reads this machine's facts.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dtrain import remote
+
+logger = logging.getLogger(__name__)
+
+REMOTE_MODULES = ("proto", "procs", "agent")
+
+_BOOT = """import os,sys,types,json,zlib
+v=sys.version.split()[0]
+if sys.version_info<(3,6):sys.exit("dtrain: the agent needs Python >= 3.6, found "+v)
+n={size}
+b=b""
+while len(b)<n:
+ c=os.read(0,n-len(b))
+ if not c:sys.exit(70)
+ b+=c
+p=types.ModuleType("_dtrain_remote");p.__path__=[];sys.modules[p.__name__]=p
+for k,s in json.loads(zlib.decompress(b).decode()):
+ m=types.ModuleType(p.__name__+"."+k);m.__package__=p.__name__;sys.modules[m.__name__]=m;setattr(p,k,m);exec(compile(s,"dtrain/remote/"+k+".py","exec"),m.__dict__)
+sys.modules[p.__name__+".agent"].main()
+"""
+
+
+@functools.cache
+def agent_payload() -> bytes:
+    """The agent's modules, compressed, in import order."""
+    folder = Path(remote.__file__).parent
+    sources = [[name, (folder / f"{name}.py").read_text()] for name in REMOTE_MODULES]
+    return zlib.compress(json.dumps(sources).encode(), 9)
+
+
+def boot_code() -> str:
+    return _BOOT.format(size=len(agent_payload()))
+
+
+def remote_command(python: str = "python3") -> str:
+    """One shell-neutral line: the login shell finds python3, which reads the agent from stdin."""
+    packed = base64.b64encode(zlib.compress(boot_code().encode(), 9)).decode()
+    return f"{python} -c 'import base64,zlib;exec(zlib.decompress(base64.b64decode(\"{packed}\")))'"
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach remote hosts; used by `dtrain.ssh`, defined here so planning needs no ssh."""
+
+    config_file: str | None = None
+    accept_new_host_keys: bool = False
+    connect_timeout_s: float | None = None
+    user_config_dir: str = field(default_factory=lambda: os.path.expanduser("~/.ssh"))
+
+
+# ---- local --------------------------------------------------------------------------------
+
+
+class LocalLink:
+    """A local agent process in its own session, so the terminal's Ctrl-C reaches only dtrain."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", boot_code()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        self._stdin_fd = self.proc.stdin.fileno()
+        self._stdout_fd = self.proc.stdout.fileno()
+        self._stderr = bytearray()
+        self._stderr_thread = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_thread.start()
+        self.send(agent_payload())
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr
+        fd = self.proc.stderr.fileno()
+        while chunk := os.read(fd, 65536):
+            self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._stdin_fd, view)
+            view = view[written:]
+
+    def recv(self, size: int) -> bytes:
+        return os.read(self._stdout_fd, size)
+
+    def stderr_text(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
+
+    def close_input(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def close(self) -> None:
+        """Wait briefly for the agent to finish its cleanup; never leave it behind."""
+        self.close_input()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
+
+
+# ---- facts about this machine ---------------------------------------------------------------
+
+
+def route_address(destination: str) -> str | None:
+    """The local address the kernel would use to reach `destination` (no packet is sent)."""
+    family = socket.AF_INET6 if ":" in destination else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((destination, 9))
+            address: str = sock.getsockname()[0]
+            return address
+    except OSError:
+        return None
+
+
+def resolve_address(name: str) -> str | None:
+    """The first address a name resolves to, or None."""
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    return str(infos[0][4][0]) if infos else None
+
+
+def local_hostname() -> str:
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+def local_interfaces() -> dict[str, str]:
+    import psutil
+
+    result: dict[str, str] = {}
+    for name, addresses in psutil.net_if_addrs().items():
+        for address in addresses:
+            if address.family == socket.AF_INET:
+                result.setdefault(name, address.address)
+    return result
+
+
+def local_free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
