@@ -1,0 +1,137 @@
+"""Shared fixtures: running dtrain as a user would, and failing any test that leaks a process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from dtrain.remote import procs
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "tests" / "programs"
+PYTHON = sys.executable
+LEFTOVER_WAIT_S = 5.0
+
+
+def program(name: str) -> str:
+    return str(PROGRAMS / name)
+
+
+# Every process this test run starts inherits this marker (local agents pass on dtrain's
+# environment), so the leftover check never touches another run's processes on this machine.
+SESSION_VAR = "DTRAIN_TEST_SESSION"
+SESSION = os.environ.setdefault(SESSION_VAR, f"{os.getpid()}-{time.time_ns()}")
+
+
+def tagged_pids() -> set[int]:
+    """Live processes started by this test run that carry a dtrain job id."""
+    table = procs.snapshot()
+    found = set()
+    for pid, proc in table.items():
+        if procs.JOB_VAR in proc.tags and proc.state != "Z":
+            env = procs.read_environ(pid) or {}
+            if env.get(SESSION_VAR) == SESSION:
+                found.add(pid)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes() -> Iterator[None]:
+    """A test that leaves a process tagged with a dtrain job id alive fails (and it is killed).
+
+    Looks processes up by their DTRAIN_JOB_ID tag, never by name.
+    """
+    before = tagged_pids()
+    yield
+    deadline = time.monotonic() + LEFTOVER_WAIT_S
+    leftover = tagged_pids() - before
+    while leftover and time.monotonic() < deadline:
+        time.sleep(0.1)
+        leftover = {pid for pid in leftover if procs.alive(pid)}
+    if leftover:
+        table = procs.snapshot()
+        described = procs.describe(table, sorted(leftover))
+        for pid in leftover:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pytest.fail(f"test left tagged processes running: {described}")
+
+
+def dtrain_argv(*args: str) -> list[str]:
+    return [PYTHON, "-m", "dtrain", *args]
+
+
+def run_dtrain(
+    args: Sequence[str],
+    cwd: Path,
+    timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `dtrain ARGS` to completion, bounded in time, as a person would from a shell."""
+    return subprocess.run(
+        dtrain_argv(*args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def start_dtrain(
+    args: Sequence[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        dtrain_argv(*args),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def wait_for_line(path: Path, needle: str, timeout_s: float = 20.0) -> str:
+    """Wait until a file (a task log) contains `needle`; return the file's text."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            text = path.read_text(errors="replace")
+            if needle in text:
+                return text
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} did not appear in {path} within {timeout_s}s")
+
+
+def job_pids(job_id: str) -> list[int]:
+    table = procs.snapshot()
+    return procs.select_job_processes(table, job=job_id)
+
+
+def wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:
+    """Wait until none of `pids` is alive; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    alive = [pid for pid in pids if procs.alive(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if procs.alive(pid)]
+    return alive
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A scratch working directory with an awkward name (spaces, quotes, unicode)."""
+    path = tmp_path / "work dir 'ü'"
+    path.mkdir()
+    return path

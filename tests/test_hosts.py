@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dtrain.errors import ExitCode, HostsFileError
+from dtrain.hosts import Host, format_hosts, parse_hosts
+
+
+def parse(text: str) -> tuple[Host, ...]:
+    return parse_hosts(text, "hosts")
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("node1", Host("node1")),
+        ("node1:2222", Host("node1", port=2222)),
+        ("alice@node1", Host("node1", user="alice")),
+        ("alice@node1:2222", Host("node1", port=2222, user="alice")),
+        ("198.18.0.11", Host("198.18.0.11")),
+        ("198.18.0.11:22", Host("198.18.0.11", port=22)),
+        ("[fd00::7]:2200", Host("fd00::7", port=2200)),
+        ("[fd00::7]", Host("fd00::7")),
+        ("fd00::7", Host("fd00::7")),
+        ("bob@[fd00::7]:22 slots=2", Host("fd00::7", port=22, user="bob", slots=2)),
+        ("gpu-node_01.cluster slots=8", Host("gpu-node_01.cluster", slots=8)),
+        ("  node1   slots=3  # comment", Host("node1", slots=3)),
+        ("my_alias", Host("my_alias")),
+    ],
+)
+def test_parses_every_documented_form(line: str, expected: Host) -> None:
+    assert parse(line) == (expected,)
+
+
+def test_dmlc_tracker_hosts_file_parses() -> None:
+    # launch.py's format: one host or host:port per line, nothing else.
+    text = "172-31-0-1\n172-31-0-2:22\nworker3\n"
+    assert [h.name for h in parse(text)] == ["172-31-0-1", "172-31-0-2", "worker3"]
+
+
+def test_comments_and_blank_lines_are_skipped_and_lines_keep_their_numbers() -> None:
+    hosts = parse("# cluster\n\nnode1\n   \n# gpu\nnode2 slots=2 # two GPUs\n")
+    assert [(h.name, h.slot_count) for h in hosts] == [("node1", 1), ("node2", 2)]
+    assert [str(h.origin) for h in hosts] == ["hosts:3", "hosts:6"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("node1\nnode3:22x\n", 'hosts:2: "22x" is not a valid port (expected 1-65535)'),
+        ("node1:0", 'hosts:1: "0" is not a valid port (expected 1-65535)'),
+        ("node1:70000", 'hosts:1: "70000" is not a valid port (expected 1-65535)'),
+        ("node1 slots=0", 'hosts:1: "0" is not a valid slots (expected 1-4096)'),
+        ("node1 slots=two", 'hosts:1: "two" is not a valid slots (expected 1-4096)'),
+        ("node1 slot=2", 'hosts:1: unknown option "slot=2" (the only option is slots=N)'),
+        ("node1 gpus", 'hosts:1: unknown option "gpus" (the only option is slots=N)'),
+        ("node1 slots=1 slots=2", "hosts:1: slots given twice"),
+        ("-oProxyCommand=x", 'hosts:1: "-oProxyCommand=x" is not a valid host name or address'),
+        ("node;rm", 'hosts:1: "node;rm" is not a valid host name or address'),
+        ("a b@c", 'hosts:1: unknown option "b@c" (the only option is slots=N)'),
+        ("@node1", 'hosts:1: "" is not a valid user name'),
+        ("[fd00::7", 'hosts:1: "[fd00::7" has no closing "]"'),
+        ("[nothex::]:22", 'hosts:1: "nothex::" is not a valid IPv6 address'),
+        ("[fd00::7]x", 'hosts:1: unexpected "x" after "]"'),
+        ("node1\n\nnode1\n", 'hosts:3: duplicate host "node1" (first listed on line 1)'),
+        ("NODE1\nnode1\n", 'hosts:2: duplicate host "node1" (first listed on line 1)'),
+        ("# only comments\n\n", "hosts: no hosts in this file (only blank lines or comments)"),
+    ],
+)
+def test_bad_lines_name_file_and_line(text: str, message: str) -> None:
+    with pytest.raises(HostsFileError) as caught:
+        parse(text)
+    rendered = str(caught.value)
+    assert rendered.splitlines()[0] == message
+    assert "hint:" in rendered
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+def test_same_host_on_two_ports_is_two_hosts() -> None:
+    assert len(parse("node1:22\nnode1:2222\n")) == 2
+
+
+names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
+users = st.none() | st.from_regex(r"[a-z_][a-z0-9_-]{0,8}", fullmatch=True)
+ports = st.none() | st.integers(1, 65535)
+slots = st.none() | st.integers(1, 4096)
+ipv6 = st.ip_addresses(v=6).map(str)
+
+
+@st.composite
+def host_lists(draw: st.DrawFn) -> list[Host]:
+    count = draw(st.integers(1, 6))
+    hosts: list[Host] = []
+    seen: set[tuple[str, int | None]] = set()
+    for _ in range(count):
+        name = draw(names | ipv6)
+        port = draw(ports)
+        if (name.lower(), port) in seen:
+            continue
+        seen.add((name.lower(), port))
+        hosts.append(Host(name, port=port, user=draw(users), slots=draw(slots)))
+    return hosts
+
+
+@given(host_lists())
+def test_format_then_parse_round_trips(hosts: list[Host]) -> None:
+    assert list(parse(format_hosts(hosts))) == hosts
+
+
+@given(st.text(max_size=200))
+def test_any_text_parses_or_fails_with_a_located_message(text: str) -> None:
+    try:
+        hosts = parse(text)
+    except HostsFileError as exc:
+        assert str(exc).startswith("hosts")
+        assert exc.exit_code == ExitCode.USAGE
+    else:
+        assert hosts
+        for host in hosts:
+            assert host.name and not host.name.startswith("-")
+            assert " " not in host.name
