@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -59,10 +60,8 @@ def no_leftover_processes() -> Iterator[None]:
         table = procs.snapshot()
         described = procs.describe(table, sorted(leftover))
         for pid in leftover:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         pytest.fail(f"test left tagged processes running: {described}")
 
 

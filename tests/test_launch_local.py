@@ -456,6 +456,6 @@ def test_environment_of_the_launching_shell_reaches_local_tasks(workdir: Path) -
         env=env,
     )
     assert result.returncode == 0, result.stderr
-    line = [l for l in result.stdout.splitlines() if l.startswith("[worker.0]")][0]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("[worker.0]"))
     document = json.loads(line.split("] ", 1)[1])
     assert document["env"] == {"PS_VERBOSE": "1", "MY_SETTING": "kept", "DMLC_ROLE": "worker"}

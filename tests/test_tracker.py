@@ -149,7 +149,7 @@ def test_host_ip_overrides_the_scheduler_address() -> None:
 
 
 def test_loopback_is_refused_when_any_task_is_remote() -> None:
-    with pytest.raises(UsageError, match="127.0.0.1 is a loopback address"):
+    with pytest.raises(UsageError, match=r"127\.0\.0\.1 is a loopback address"):
         plan(num_workers=1, hosts=hosts("h1\n"), host_ip="127.0.0.1")
     request = make(num_workers=1, hosts=hosts("h1\n"))
     facts = facts_for(request)
