@@ -118,11 +118,21 @@ class AgentSession:
                 logger.debug("send to %s failed: %s", self.host.name, exc)
                 return False
 
-    def request(self, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
-        """Send a request and wait for its reply; errors become `RemoteError` naming the host."""
+    def request(
+        self, op: str, timeout_s: float, data: Iterable[bytes] = (), **fields: Any
+    ) -> dict[str, Any]:
+        """Send a request (and its bulk `data`, then an end mark) and wait for the reply.
+
+        Errors become `RemoteError` naming the host.
+        """
         body = dict(fields, op=op)
         if not self.send(proto.encode_json(proto.REQUEST, body)):
             raise self.broken(f"could not send the {op} request")
+        if data != ():
+            for chunk in data:
+                if not self.send(proto.encode(proto.DATA, chunk)):
+                    raise self.broken(f"could not send the data of {op}")
+            self.send(proto.encode(proto.DATA, b""))
         try:
             reply = self.replies.get(timeout=timeout_s)
         except queue.Empty:

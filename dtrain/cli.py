@@ -6,6 +6,7 @@ stderr carries dtrain's own progress and errors, prefixed `dtrain:`, and the tas
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
 from dtrain.hosts import Host, local_host, parse_hosts
 from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
 from dtrain.plan import Framework, JobPlan, Role, TaskSpec
+from dtrain.sync import DEFAULT_EXCLUDES
 from dtrain.transport import SshOptions, local_hostname
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,6 +85,25 @@ def json_option(func: F) -> F:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout."
     )(func)
+
+
+def reports_errors_as_json(command: str) -> Callable[[F], F]:
+    """With --json, an error is still exactly one JSON document on stdout."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except DtrainError as exc:
+                if not kwargs.get("as_json"):
+                    raise
+                emit_json(render.envelope(command, exc.exit_code, None, exc.to_problems()))
+                raise JsonFailure(exc.exit_code) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def read_hosts(path: Path | None) -> tuple[Host, ...]:
@@ -255,11 +276,23 @@ ROLE_ENV_FLAGS = {
 @click.option("--ps-gpus", is_flag=True, help="tf: let ps tasks see the GPUs.")
 @click.option("--nproc-per-host", type=int, help="torch/paddle: ranks per host (default: slots).")
 @click.option("--gpus", help="One process per listed GPU on each host, e.g. 0,1,2,3.")
+@click.option(
+    "--sync-dst-dir",
+    help="Copy the working directory to this directory on every host before starting "
+    "(changed files only); remote tasks run there.",
+)
+@click.option(
+    "--sync-exclude",
+    multiple=True,
+    metavar="PATTERN",
+    help="Leave matching names out of --sync-dst-dir (besides .git, __pycache__, *.pyc).",
+)
 @click.option("--remote-python", default="python3", show_default=True, help="Runs dtrain's agent.")
 @ssh_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@reports_errors_as_json("launch")
 def launch(
     num_workers: int | None,
     num_servers: int | None,
@@ -283,6 +316,8 @@ def launch(
     ps_gpus: bool,
     nproc_per_host: int | None,
     gpus: str | None,
+    sync_dst_dir: str | None,
+    sync_exclude: Sequence[str],
     remote_python: str,
     ssh_config: Path | None,
     accept_new_host_keys: bool,
@@ -329,6 +364,7 @@ def launch(
         role_env=role_env,
         shell_env=shell_env,
         workdir=str((workdir or Path.cwd()).absolute()),
+        sync_dst=sync_dst_dir,
         chief=chief,
         nproc_per_host=nproc_per_host,
         gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else (),
@@ -367,17 +403,12 @@ def launch(
             traceback_timeout_s=traceback_timeout,
             ssh=ssh,
             remote_python=remote_python,
+            sync_excludes=(*DEFAULT_EXCLUDES, *sync_exclude),
         ),
         console=console,
         on_planned=announce,
     )
-    try:
-        result = run.run()
-    except DtrainError as exc:
-        if as_json:
-            emit_json(render.envelope("launch", exc.exit_code, None, exc.to_problems()))
-            raise JsonFailure(exc.exit_code) from exc
-        raise
+    result = run.run()
     sys.stderr.write(render.result_text(result))
     if as_json:
         data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}

@@ -179,7 +179,7 @@ def _check_ipv6(address: str, origin: Origin) -> None:
 
 
 def _parse_int(text: str, what: str, low: int, high: int, origin: Origin) -> int:
-    if not text.isdigit() or not low <= int(text) <= high:
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
         raise HostsFileError(
             f'"{text}" is not a valid {what} (expected {low}-{high})',
             location=str(origin),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dtrain import tracker
+from dtrain import sync, tracker
 from dtrain.agents import AgentSession, Event, Heartbeat, request_all
 from dtrain.errors import Problem, RemoteError
 from dtrain.hosts import Host
@@ -56,6 +56,7 @@ class LaunchOptions:
     traceback_timeout_s: float = 10.0
     ssh: SshOptions = field(default_factory=SshOptions)
     remote_python: str = "python3"
+    sync_excludes: tuple[str, ...] = sync.DEFAULT_EXCLUDES
 
 
 class Hosts:
@@ -298,6 +299,8 @@ class Launch:
                 write_job_file(self.log_dir, self.plan, None)
                 if self.on_planned is not None:
                     self.on_planned(self.plan, self.log_dir)
+                if self.plan.sync_dst is not None:
+                    self._sync(sessions, self.plan.sync_dst)
                 self._hand_out_tasks(sessions)
                 with forward_signals(hosts.events):
                     supervisor = Supervisor(
@@ -321,6 +324,22 @@ class Launch:
         finally:
             hosts.close()
 
+    def _sync(self, sessions: Mapping[str, AgentSession], dst: str) -> None:
+        assert self.plan is not None
+        remote = {name: s for name, s in sessions.items() if not s.host.is_local}
+        if not remote:
+            return
+        excludes = (*self.options.sync_excludes, self.options.log_root.name)
+        started = time.monotonic()
+        manifest = sync.build_manifest(Path(self.plan.workdir), excludes)
+        reports = sync.sync_all(remote, manifest, dst)
+        sent = sum(r.bytes_sent for r in reports)
+        self.console.note(
+            f"synced {self.plan.workdir} to {dst} on {len(reports)} host(s): "
+            f"{len(manifest.files)} files, {sent / 1e6:.1f} MB sent, "
+            f"in {time.monotonic() - started:.1f}s"
+        )
+
     def _hand_out_tasks(self, sessions: Mapping[str, AgentSession]) -> None:
         assert self.plan is not None
         plan = self.plan
@@ -332,7 +351,7 @@ class Launch:
                     "name": task.name,
                     "argv": list(task.argv),
                     "env": dict(task.env),
-                    "cwd": plan.workdir,
+                    "cwd": task.workdir,
                 }
             )
         run_on_all(

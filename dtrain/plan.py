@@ -100,6 +100,7 @@ class TaskSpec:
     env: Mapping[str, str]
     label: str
     log_name: str
+    workdir: str = "."
     endpoint: Endpoint | None = None
     gpu: str | None = None
     log_aliases: tuple[str, ...] = ()
@@ -115,6 +116,7 @@ class TaskSpec:
             "endpoint": str(self.endpoint) if self.endpoint else None,
             "gpu": self.gpu,
             "argv": list(self.argv),
+            "workdir": self.workdir,
             "env": dict(self.env),
             "log": self.log_name,
             "log_aliases": list(self.log_aliases),
@@ -137,6 +139,7 @@ class JobPlan:
     rendezvous: Endpoint | None
     finish_roles: frozenset[Role]
     others_exit_by_themselves: bool
+    sync_dst: str | None = None
     extra_files: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -165,6 +168,7 @@ class JobPlan:
             "job_id": self.job_id,
             "framework": self.framework.value,
             "workdir": self.workdir,
+            "sync_dst": self.sync_dst,
             "rendezvous": str(self.rendezvous) if self.rendezvous else None,
             "finish_roles": sorted(role.value for role in self.finish_roles),
             "tasks": [task.to_dict() for task in self.tasks],

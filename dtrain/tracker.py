@@ -46,6 +46,7 @@ class JobRequest:
     role_env: Mapping[Role, Mapping[str, str]] = field(default_factory=dict)
     shell_env: Mapping[str, str] = field(default_factory=dict)
     workdir: str = "."
+    sync_dst: str | None = None
     chief: bool = False
     nproc_per_host: int | None = None
     gpus: tuple[str, ...] = ()
@@ -340,6 +341,7 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
                 env=env,
                 label=f"{name}@{task.host.display}" if is_multi_host else name,
                 log_name=f"{name}.log",
+                workdir=_task_workdir(request, task.host),
                 endpoint=task.endpoint,
                 gpu=task.gpu,
                 log_aliases=frameworks.log_aliases(request.framework, task.role, task.index),
@@ -354,11 +356,19 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
         framework=request.framework,
         tasks=tuple(specs),
         workdir=request.workdir,
+        sync_dst=request.sync_dst,
         rendezvous=rendezvous,
         finish_roles=shape.finish_roles,
         others_exit_by_themselves=shape.others_exit_by_themselves,
         extra_files=extra_files,
     )
+
+
+def _task_workdir(request: JobRequest, host: Host) -> str:
+    """Remote tasks run in the synced copy when there is one; local tasks in the original."""
+    if request.sync_dst is not None and not host.is_local:
+        return request.sync_dst
+    return request.workdir
 
 
 def _host_facts(facts: Facts, host: Host) -> HostFacts:

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Dict  # noqa: F401 - used in type comments
 
-from . import procs, proto
+from . import files, procs, proto
 
 READ_CHUNK = 1 << 16
 HIGH_WATER = 8 << 20  # stop reading task output while this much waits for the launcher
@@ -357,6 +357,37 @@ class Agent:
                 "survivors": survivors,
             }
         )
+
+    def op_sync_plan(self, request):
+        try:
+            need = files.plan(request)
+        except (OSError, ValueError) as exc:
+            self.reply(
+                {
+                    "error": "cannot prepare %s: %s"
+                    % (request["dst"], getattr(exc, "strerror", None) or exc),
+                    "hint": "check that the user can write there, or pick another --sync-dst-dir",
+                }
+            )
+            return
+        self.reply({"ok": True, "need": need})
+
+    def op_sync_put(self, request):
+        receiver = files.Receiver(request["dst"], request["files"])
+
+        def on_data(payload):
+            if payload:
+                receiver.feed(payload)
+                return
+            self.data_handler = None
+            if receiver.error is not None:
+                self.reply({"error": receiver.error, "hint": "check free space and permissions"})
+            elif not receiver.done:
+                self.reply({"error": "the file stream ended early"})
+            else:
+                self.reply({"ok": True, "written": receiver.written})
+
+        self.data_handler = on_data
 
     # ---- tasks -----------------------------------------------------------------------------
 

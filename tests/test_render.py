@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dtrain.errors import Problem
+from dtrain.render import LinePrefixer, envelope, result_text
+from dtrain.results import JobResult, JobState, TaskExit
+
+
+def test_prefixes_each_line_and_holds_back_a_partial_line() -> None:
+    p = LinePrefixer(b"[w.0] ")
+    assert p.feed(b"a\nb") == b"[w.0] a\n"
+    assert p.feed(b"c\n\nd") == b"[w.0] bc\n[w.0] \n"
+    assert p.flush() == b"[w.0] d\n"
+    assert p.flush() == b""
+
+
+def test_a_huge_line_without_newline_is_flushed_in_pieces() -> None:
+    p = LinePrefixer(b"> ")
+    out = p.feed(b"x" * 70000)
+    assert out.startswith(b"> xxx") and out.endswith(b"\n")
+
+
+@given(st.lists(st.binary(max_size=50), max_size=20))
+def test_prefixing_keeps_every_byte_in_order(chunks: list[bytes]) -> None:
+    p = LinePrefixer(b"[t] ")
+    out = b"".join(p.feed(c) for c in chunks) + p.flush()
+    data = b"".join(chunks)
+    expected_lines = data.split(b"\n")
+    if expected_lines and expected_lines[-1] == b"":
+        expected_lines.pop()
+    assert out == b"".join(b"[t] " + line + b"\n" for line in expected_lines)
+
+
+def exit_(task: str, **fields: object) -> TaskExit:
+    base: dict[str, object] = {
+        "task": task,
+        "label": f"{task}@h2",
+        "host": "h2",
+        "exit_code": 0,
+        "signal": None,
+        "started_at": 1.0,
+        "finished_at": 1795000000.0,
+        "stopped_by_us": False,
+        "log_path": f"logs/{task}.log",
+    }
+    base.update(fields)
+    return TaskExit(**base)  # type: ignore[arg-type]
+
+
+def test_failure_summary_puts_the_root_cause_first_with_evidence() -> None:
+    cause = exit_("worker.1", exit_code=3, stderr_tail=("Traceback (most recent call last):", "E"))
+    result = JobResult(
+        job_id="J",
+        state=JobState.FAILED,
+        exits=(cause, exit_("server.0", signal=15, stopped_by_us=True, exit_code=None)),
+        root_cause=cause,
+        started_at=0.0,
+        ended_at=1.0,
+        log_dir="logs",
+    )
+    text = result_text(result)
+    first, *rest = text.splitlines()
+    assert first.startswith("dtrain: job J failed: worker.1@h2 exited with code 3 at ")
+    assert first.endswith("(first failure)")
+    assert "    | Traceback (most recent call last):" in rest
+    assert "  full log: logs/worker.1.log" in rest
+    assert "  1 other task was stopped by dtrain after this failure" in rest
+    assert result.exit_code == 3
+
+
+def test_exit_codes_follow_the_root_cause() -> None:
+    assert exit_("w", exit_code=None, signal=9).status_code == 137
+    assert exit_("w", exit_code=None, reason="lost", detail="x").status_code == 255
+    assert exit_("w", exit_code=None, signal=15, reason="traceback-hang").status_code == 1
+    assert exit_("w", exit_code=0).failed is False
+    assert exit_("w", exit_code=None, signal=15, stopped_by_us=True).failed is False
+
+
+def test_json_envelope_has_the_documented_shape() -> None:
+    document = envelope("kill", 3, {"x": 1}, [Problem("down", host="h1", hint="h", code="timeout")])
+    assert document == {
+        "dtrain_json": 1,
+        "command": "kill",
+        "status": "failed",
+        "exit_code": 3,
+        "data": {"x": 1},
+        "errors": [{"code": "timeout", "host": "h1", "message": "down", "hint": "h"}],
+    }
