@@ -121,3 +121,11 @@ def test_any_text_parses_or_fails_with_a_located_message(text: str) -> None:
         for host in hosts:
             assert host.name and not host.name.startswith("-")
             assert " " not in host.name
+
+
+def test_the_documented_example_file_parses() -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "hosts.example"
+    hosts = parse_hosts(path.read_text(), str(path))
+    assert [h.name for h in hosts] == ["node1", "node2", "node3", "fd00::7", "gpu-box"]
