@@ -1,0 +1,73 @@
+"""Fixtures for tests that run against the namespaced ssh cluster (see netcluster.py).
+
+Every test under tests/cluster gets the `cluster` marker. A failed test's report carries the
+sshd logs of the clusters it used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from .netcluster import Cluster
+
+_HERE = Path(__file__).parent
+_CLUSTERS = pytest.StashKey[list[Cluster]]()
+_LOG_TAIL_CHARS = 4000
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    """Attach each host's sshd log to a failed test while the cluster still exists."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for cluster in item.stash.get(_CLUSTERS, []):
+        if not cluster.is_running:
+            continue
+        for host in cluster.hosts:
+            log = cluster.sshd_log(host)[-_LOG_TAIL_CHARS:]
+            report.sections.append((f"sshd log {cluster.prefix} {host.name}", log))
+
+
+@pytest.fixture
+def make_cluster(request: pytest.FixtureRequest) -> Iterator[Callable[[int], Cluster]]:
+    """A factory: make_cluster(n) starts an n-host cluster; all are stopped after the test.
+
+    Only one cluster can run at a time (they share 198.18.0.0/24): stop one before the next.
+    """
+    made: list[Cluster] = []
+    request.node.stash[_CLUSTERS] = made
+
+    def make(n_hosts: int = 3) -> Cluster:
+        cluster = Cluster(n_hosts)
+        made.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    errors = []
+    for cluster in made:
+        try:
+            cluster.stop()
+        except Exception as exc:  # stop the others before reporting
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def cluster(make_cluster: Callable[[int], Cluster]) -> Cluster:
+    """A running 3-host cluster (h1..h3), torn down after the test."""
+    return make_cluster(3)
