@@ -77,7 +77,7 @@ _TOOLS = {
 
 FirewallAction = Literal["drop", "reject"]
 HostRef = Union["ClusterHost", str]
-Command = Union[str, Sequence[str]]
+Command = str | Sequence[str]
 
 
 class ClusterError(RuntimeError):

@@ -84,7 +84,7 @@ def ssh_all(cluster: Cluster, cmd: str) -> dict[str, subprocess.CompletedProcess
     """Run `cmd` over ssh on every host at once (each login costs ~0.25 s of CPU)."""
     with ThreadPoolExecutor(len(cluster.hosts)) as pool:
         results = pool.map(lambda h: cluster.ssh_run(h, cmd), cluster.hosts)
-        return {h.name: r for h, r in zip(cluster.hosts, results)}
+        return {h.name: r for h, r in zip(cluster.hosts, results, strict=False)}
 
 
 @contextmanager
@@ -202,7 +202,7 @@ def test_hosts_reach_each_other_and_the_bridge_on_high_ports(cluster: Cluster) -
 
 
 def test_hosts_have_no_default_route(cluster: Cluster) -> None:
-    for h, peer in zip(cluster.hosts, cluster.hosts[1:] + cluster.hosts[:1]):
+    for h, peer in zip(cluster.hosts, cluster.hosts[1:] + cluster.hosts[:1], strict=False):
         assert cluster.run(h, "ip route show default").stdout == ""
         # Only asks the routing table; nothing is sent.
         outside = cluster.run(h, "ip route get 203.0.113.1")

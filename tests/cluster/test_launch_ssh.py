@@ -1,0 +1,445 @@
+"""`dtrain launch -H hosts` on the real sshd cluster: fan-out, byte-exactness and the fault matrix.
+
+Every case ends in bounded time with the right exit code and no task process left on any host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dtrain.remote import procs
+from tests.cluster.netcluster import Cluster, ClusterError
+from tests.conftest import PYTHON, ROOT, dtrain_argv, program, wait_gone
+
+BY_TASK = program("by_task.py")
+
+
+def ssh_args(cluster: Cluster, hosts: Path | None = None) -> list[str]:
+    return ["-H", str(hosts or cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+
+
+def run(
+    cluster: Cluster, args: list[str], cwd: Path, timeout_s: float = 90, hosts: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    launch, *rest = args
+    return subprocess.run(
+        dtrain_argv(launch, *ssh_args(cluster, hosts), *rest),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def start(
+    cluster: Cluster, args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    launch, *rest = args
+    return subprocess.Popen(
+        dtrain_argv(launch, *ssh_args(cluster), *rest),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+def cluster_tasks(cluster: Cluster, job: str | None = None) -> list[int]:
+    """Root-namespace pids of tagged processes on any cluster host (by tag, never by name)."""
+    on_hosts: set[int] = set()
+    for host in cluster.hosts:
+        with contextlib.suppress(ClusterError):  # a stopped host has no processes left
+            on_hosts.update(cluster.host_pids(host))
+    table = procs.snapshot()
+    tagged = procs.select_job_processes(table, job=job, include_dmlc=False)
+    return [pid for pid in tagged if pid in on_hosts]
+
+
+def all_tasks(job: str) -> list[int]:
+    return procs.select_job_processes(procs.snapshot(), job=job)
+
+
+def latest_job(cwd: Path) -> Path:
+    return (cwd / "dtrain-logs" / "latest").resolve()
+
+
+def wait_running(cwd: Path, count: int, timeout_s: float = 30) -> str:
+    """Wait until `count` tasks of the newest job are alive somewhere; return the job id."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        link = cwd / "dtrain-logs" / "latest"
+        if link.exists():
+            job = link.resolve().name
+            if len(all_tasks(job)) >= count:
+                return job
+        time.sleep(0.05)
+    raise AssertionError(f"{count} tasks did not start within {timeout_s}s")
+
+
+def assert_nothing_left(cluster: Cluster, job: str, within_s: float = 5) -> None:
+    left = wait_gone(all_tasks(job), within_s)
+    assert left == [], procs.describe(procs.snapshot(), left)
+    assert cluster_tasks(cluster, job) == []
+
+
+def test_ps_demo_runs_across_hosts_with_the_scheduler_here(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    result = run(
+        cluster,
+        ["launch", "-n", "3", "-s", "2", "--", PYTHON, str(ROOT / "examples" / "ps_sum.py")],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[scheduler@" in result.stdout and "@h3]" in result.stdout
+    plan = json.loads((latest_job(tmp_path) / "job.json").read_text())["plan"]
+    by_name = {t["name"]: t for t in plan["tasks"]}
+    assert by_name["scheduler"]["env"]["DMLC_PS_ROOT_URI"] == "198.18.0.1"
+    assert by_name["worker.1"]["host"]["name"] == "h2"
+    assert by_name["worker.1"]["env"]["DMLC_NODE_HOST"] == "198.18.0.12"  # an IP, not "h2"
+
+
+def test_mxnet_dist_sync_trains_over_three_hosts(cluster: Cluster, tmp_path: Path) -> None:
+    result = run(
+        cluster,
+        [
+            "launch",
+            "-n",
+            "4",
+            "-s",
+            "2",
+            "--",
+            PYTHON,
+            str(ROOT / "examples" / "mxnet_dist_sync.py"),
+            "--epochs",
+            "2",
+        ],
+        tmp_path,
+        timeout_s=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    checksums = re.findall(r"worker rank \d+ checksum (\S+)", result.stdout)
+    assert len(checksums) == 4 and len(set(checksums)) == 1, result.stdout[-2000:]
+    assert assert_nothing_left(cluster, latest_job(tmp_path).name) is None
+
+
+def test_more_tasks_on_one_host_than_sshd_max_sessions(cluster: Cluster, tmp_path: Path) -> None:
+    hosts = cluster.hosts_file(names=["h1"])
+    result = run(
+        cluster,
+        ["launch", "-n", "14", "-s", "0", "--", PYTHON, BY_TASK, "*=exit:0"],
+        tmp_path,
+        hosts=hosts,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("@h1] ready worker.") == 14
+
+
+SECRET = "s3cr3t value; $(id) 'q' \"dq\"\nline2 ✓"
+
+
+def test_env_never_appears_in_any_process_argv(cluster: Cluster, tmp_path: Path) -> None:
+    # A secret passed the safe way: exported here, named (not valued) on the command line.
+    proc = start(
+        cluster,
+        ["launch", "-n", "3", "-s", "0", "--env", "SECRET_TOKEN", "--", PYTHON, BY_TASK, "*=sleep"],
+        tmp_path,
+        env=dict(os.environ, SECRET_TOKEN=SECRET),
+    )
+    try:
+        job = wait_running(tmp_path, 3)
+        table = procs.snapshot()
+        for pid in table:
+            cmdline = " ".join(procs.read_cmdline(pid))
+            assert "s3cr3t" not in cmdline, cmdline
+        for pid in cluster_tasks(cluster, job):
+            assert (procs.read_environ(pid) or {}).get("SECRET_TOKEN") == SECRET
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 130
+
+
+arg_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=arg_text, args=st.lists(arg_text, max_size=3))
+def test_arguments_and_env_values_arrive_byte_exact_on_remote_hosts(
+    cluster: Cluster, tmp_path: Path, value: str, args: list[str]
+) -> None:
+    hosts = cluster.hosts_file(names=["h2"])
+    result = run(
+        cluster,
+        [
+            "launch",
+            "-n",
+            "1",
+            "-s",
+            "0",
+            "--json",
+            "--env",
+            f"PROBE={value}",
+            "--",
+            PYTHON,
+            program("print_env.py"),
+            "PROBE",
+            *args,
+        ],
+        tmp_path,
+        hosts=hosts,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    log = Path(document["data"]["result"]["tasks"][0]["log"])
+    printed = json.loads((tmp_path / log).read_text())
+    assert printed["env"] == {"PROBE": value}
+    assert printed["argv"] == ["PROBE", *args]
+
+
+# ---- the fault matrix -------------------------------------------------------------------------
+
+
+def test_worker_killed_on_a_remote_host_fails_the_job_everywhere(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    proc = start(
+        cluster,
+        ["launch", "-n", "3", "-s", "2", "--grace", "2", "--", PYTHON, BY_TASK, "*=tree"],
+        tmp_path,
+    )
+    job = wait_running(tmp_path, 6 * 3)
+    victim = next(
+        pid
+        for pid in cluster_tasks(cluster, job)
+        if procs.read_environ(pid).get("DTRAIN_TASK") == "worker.1"  # type: ignore[union-attr]
+        and procs.read_stat(pid)[2] == pid  # type: ignore[index]  # the task leader
+    )
+    killed_at = time.monotonic()
+    subprocess.run(["kill", "-9", str(victim)], check=True)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 137, stderr
+    assert time.monotonic() - killed_at < 2 + 3
+    assert "failed: worker.1@h2 was killed by SIGKILL from outside dtrain" in stderr
+    assert "5 other tasks were stopped by dtrain" in stderr
+    assert_nothing_left(cluster, job)
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -9)])
+def test_ctrl_c_or_sigkill_of_dtrain_leaves_nothing_on_any_host(
+    cluster: Cluster, tmp_path: Path, signum: int, code: int
+) -> None:
+    proc = start(
+        cluster,
+        [
+            "launch",
+            "-n",
+            "3",
+            "-s",
+            "2",
+            "--grace",
+            "1",
+            "--",
+            PYTHON,
+            BY_TASK,
+            "worker.0=ignore-term",
+            "*=tree",
+        ],
+        tmp_path,
+    )
+    job = wait_running(tmp_path, 6)
+    proc.send_signal(signum)
+    proc.communicate(timeout=30)
+    assert proc.returncode == code
+    assert_nothing_left(cluster, job, within_s=1 + 5)
+
+
+def test_partitioned_host_is_lost_and_its_tasks_stop_themselves(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    proc = start(
+        cluster,
+        [
+            "launch",
+            "-n",
+            "3",
+            "-s",
+            "0",
+            "--grace",
+            "1",
+            "--heartbeat-timeout",
+            "3",
+            "--",
+            PYTHON,
+            BY_TASK,
+            "*=sleep",
+        ],
+        tmp_path,
+    )
+    job = wait_running(tmp_path, 3)
+    cluster.partition("h3")
+    cut = time.monotonic()
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 255, stderr
+    assert time.monotonic() - cut < 3 + 5
+    assert "worker.2@h3 was lost: no heartbeat from h3" in stderr
+    # No FIN reaches h3: its agent notices the silence itself (lease = heartbeat timeout).
+    assert_nothing_left(cluster, job, within_s=3 + 1 + 3)
+
+
+def test_host_whose_sshd_dies_mid_run_is_named(cluster: Cluster, tmp_path: Path) -> None:
+    proc = start(
+        cluster,
+        ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"],
+        tmp_path,
+    )
+    job = wait_running(tmp_path, 3)
+    cluster.stop_host("h2")
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 255, stderr
+    assert "worker.1@h2 was lost: the connection to h2 closed" in stderr
+    assert_nothing_left(cluster, job)
+
+
+def test_unreachable_host_at_start_starts_nothing_anywhere(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.partition("h2", all_traffic=True)
+    started = time.monotonic()
+    result = run(
+        cluster,
+        [
+            "launch",
+            "-n",
+            "3",
+            "-s",
+            "0",
+            "--connect-timeout",
+            "1",
+            "--",
+            PYTHON,
+            BY_TASK,
+            "*=sleep",
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - started < 10
+    assert "cannot reach 1 of 3 hosts; nothing was started" in result.stderr
+    assert "h2 (198.18.0.12:22): connection timed out after 1s" in result.stderr
+    assert not (tmp_path / "dtrain-logs").exists()
+    assert cluster_tasks(cluster) == []
+
+
+def test_refused_connection_is_named(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.stop_host("h3")
+    result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
+    assert result.returncode == 3
+    assert "h3 (198.18.0.13:22): connection refused" in result.stderr
+
+
+def test_unknown_host_key_fails_with_fingerprint_unless_accepted(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.forget_host_key("h1")
+    result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert re.search(
+        r"h1 \(198\.18\.0\.11:22\): unknown host key ssh-ed25519 SHA256:\S+", result.stderr
+    )
+    assert "--accept-new-host-keys" in result.stderr
+    accepted = run(
+        cluster,
+        ["launch", "-n", "3", "-s", "0", "--accept-new-host-keys", "--", PYTHON, BY_TASK],
+        tmp_path,
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    assert "198.18.0.11 ssh-ed25519" in cluster.known_hosts.read_text()
+    again = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_changed_host_key_always_fails(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.rotate_host_key("h2")
+    result = run(
+        cluster,
+        ["launch", "-n", "3", "-s", "0", "--accept-new-host-keys", "--", PYTHON, BY_TASK],
+        tmp_path,
+    )
+    assert result.returncode == 3
+    assert "h2 (198.18.0.12:22): HOST KEY CHANGED" in result.stderr
+    assert "ssh-keygen -R" in result.stderr
+
+
+def test_host_without_our_key_fails_at_once_without_prompting(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.revoke_key("h3")
+    result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
+    assert result.returncode == 3
+    assert "h3 (198.18.0.13:22): the server refused our keys as user root" in result.stderr
+    assert "authorized_keys" in result.stderr
+
+
+def test_password_only_host_fails_at_once(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.sshd_override("h1", "PubkeyAuthentication no\nPasswordAuthentication yes")
+    started = time.monotonic()
+    result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
+    assert result.returncode == 3
+    assert time.monotonic() - started < 10
+    assert "accepts only password" in result.stderr
+
+
+def test_sync_copies_the_workdir_to_every_host_and_tasks_run_there(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(
+        "import os, socket; print('cwd', os.getcwd(), open('data.txt').read())\n"
+    )
+    (tmp_path / "data.txt").write_text("payload-42")
+    result = run(
+        cluster,
+        ["launch", "-n", "3", "-s", "0", "--sync-dst-dir", "/srv/job", "--", PYTHON, "train.py"],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("cwd /srv/job payload-42") == 3
+    for host in cluster.hosts:
+        assert (cluster.private_dir(host) / "job" / "data.txt").read_text() == "payload-42"
+    assert "synced" in result.stderr
+
+
+def test_sync_failure_on_one_host_aborts_before_anything_starts(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text("print('never')\n")
+    (cluster.private_dir("h2") / "job").write_text("a file where the directory should be")
+    result = run(
+        cluster,
+        ["launch", "-n", "3", "-s", "0", "--sync-dst-dir", "/srv/job", "--", PYTHON, "train.py"],
+        tmp_path,
+    )
+    assert result.returncode == 3, result.stderr
+    assert "--sync-dst-dir failed on 1 host(s); nothing was started" in result.stderr
+    assert "h2: sync to /srv/job failed" in result.stderr
+    assert "never" not in result.stdout
