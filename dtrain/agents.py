@@ -137,14 +137,15 @@ class AgentSession:
             reply = self.replies.get(timeout=timeout_s)
         except queue.Empty:
             raise RemoteError(
-                f"{self.host.name}: no answer to {op} within {timeout_s:.0f}s",
+                f"no answer to {op} within {timeout_s:.0f}s",
+                host=self.host.name,
                 hint=f"check the load and network of {self.host.name}; "
                 f"`dtrain doctor` checks every host",
             ) from None
         if reply is None:
             raise self.broken(f"the agent on {self.host.name} exited during {op}")
         if "error" in reply:
-            raise RemoteError(f"{self.host.name}: {reply['error']}", hint=reply.get("hint"))
+            raise RemoteError(reply["error"], hint=reply.get("hint"), host=self.host.name)
         return reply
 
     def broken(self, what: str) -> RemoteError:
@@ -153,7 +154,7 @@ class AgentSession:
         hint = None
         if "not found" in stderr or "No such file" in stderr:
             hint = f"dtrain's agent needs python3 (>= 3.6) on the login PATH of {self.host.name}"
-        return RemoteError(f"{what}{detail}", hint=hint)
+        return RemoteError(f"{what}{detail}", hint=hint, host=self.host.name)
 
     def ping(self) -> None:
         self.send(proto.encode(proto.PING))

@@ -386,11 +386,12 @@ def launch(
 
     def announce(plan: JobPlan, where: Path) -> None:
         hosts = plan.hosts
-        names = ", ".join(h.name + (" (this machine)" if h.is_local else "") for h in hosts)
-        console.note(
-            f"job {plan.job_id}: {len(plan.tasks)} tasks on {len(hosts)} "
-            f"host{'s' if len(hosts) != 1 else ''} ({names}); logs in {where}/"
-        )
+        if plan.is_multi_host:
+            names = ", ".join(h.name for h in hosts)
+            place = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({names})"
+        else:
+            place = f"this machine ({hosts[0].name})"
+        console.note(f"job {plan.job_id}: {len(plan.tasks)} tasks on {place}; logs in {where}/")
 
     run = Launch(
         request=request,

@@ -54,9 +54,11 @@ class DtrainError(Exception):
         hint: str | None = None,
         problems: Sequence[Problem] = (),
         exit_code: int | None = None,
+        host: str | None = None,
     ) -> None:
         super().__init__(what)
         self.what = what
+        self.host = host
         self.location = location
         self.hint = hint
         self.problems = tuple(problems)
@@ -64,7 +66,8 @@ class DtrainError(Exception):
             self.exit_code = exit_code
 
     def __str__(self) -> str:
-        head = f"{self.location}: {self.what}" if self.location else f"dtrain: {self.what}"
+        what = f"{self.host}: {self.what}" if self.host else self.what
+        head = f"{self.location}: {what}" if self.location else f"dtrain: {what}"
         lines = [head]
         for problem in self.problems:
             where = f"{problem.host}: " if problem.host else ""
@@ -80,7 +83,7 @@ class DtrainError(Exception):
         if self.problems:
             return list(self.problems)
         message = f"{self.location}: {self.what}" if self.location else self.what
-        return [Problem(message=message, hint=self.hint, code=self.code)]
+        return [Problem(message=message, host=self.host, hint=self.hint, code=self.code)]
 
 
 class UsageError(DtrainError):

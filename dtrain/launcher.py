@@ -132,6 +132,7 @@ def run_on_all(
     sessions: Mapping[str, AgentSession],
     op: str,
     what: str,
+    outcome: str = "nothing was started",
     timeout_s: float = REQUEST_TIMEOUT_S,
     fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
     **fields: Any,
@@ -144,9 +145,7 @@ def run_on_all(
         if isinstance(reply, RemoteError)
     ]
     if problems:
-        raise RemoteError(
-            f"{what} failed on {len(problems)} host(s); nothing was started", problems=problems
-        )
+        raise RemoteError(f"{what} failed on {len(problems)} host(s); {outcome}", problems=problems)
     return {name: reply for name, reply in replies.items() if isinstance(reply, dict)}
 
 
@@ -295,13 +294,13 @@ class Launch:
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
                 facts = gather_facts(self.request, self.job_id, sessions, self.options)
                 self.plan = tracker.plan_job(self.request, facts)
+                if self.plan.sync_dst is not None:
+                    self._sync(sessions, self.plan.sync_dst)
+                self._hand_out_tasks(sessions)
                 self.log_dir = prepare_log_dir(self.options.log_root, self.plan)
                 write_job_file(self.log_dir, self.plan, None)
                 if self.on_planned is not None:
                     self.on_planned(self.plan, self.log_dir)
-                if self.plan.sync_dst is not None:
-                    self._sync(sessions, self.plan.sync_dst)
-                self._hand_out_tasks(sessions)
                 with forward_signals(hosts.events):
                     supervisor = Supervisor(
                         self.plan,
@@ -317,7 +316,12 @@ class Launch:
                             traceback_timeout_s=self.options.traceback_timeout_s,
                         ),
                     )
-                    run_on_all(sessions, "start", "starting the tasks")
+                    run_on_all(
+                        sessions,
+                        "start",
+                        "starting the tasks",
+                        outcome="the tasks that did start were stopped",
+                    )
                     result = supervisor.run()
                 write_job_file(self.log_dir, self.plan, result)
                 return result
