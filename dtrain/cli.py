@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import click
 
-from dtrain import __version__, render, tracker
+from dtrain import __version__, cleanup, hostprocs, render, tracker
 from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
 from dtrain.hosts import Host, local_host, parse_hosts
 from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
@@ -392,6 +392,8 @@ def launch(
         else:
             place = f"this machine ({hosts[0].name})"
         console.note(f"job {plan.job_id}: {len(plan.tasks)} tasks on {place}; logs in {where}/")
+        for message in plan.notes:
+            console.note(message)
 
     run = Launch(
         request=request,
@@ -426,6 +428,130 @@ def launch(
             )
         emit_json(render.envelope("launch", result.exit_code, data, problems))
     raise SystemExit(result.exit_code)
+
+
+# ---- ps and kill -----------------------------------------------------------------------------
+
+
+def job_option(func: F) -> F:
+    return click.option(
+        "--job", metavar="ID", help="Only this dtrain job (its id, as `dtrain launch` printed it)."
+    )(func)
+
+
+def remote_python_option(func: F) -> F:
+    return click.option(
+        "--remote-python", default="python3", show_default=True, help="Runs dtrain's agent."
+    )(func)
+
+
+def finish_sweep(
+    command: str, as_json: bool, outcome: hostprocs.Outcome, text: str, data: object
+) -> None:
+    """Print a ps/kill report (text, or one JSON document); exit non-zero unless all went well."""
+    if as_json:
+        problems = outcome.problems
+        emit_json(render.envelope(command, outcome.exit_code, data, problems, outcome.status))
+        if outcome.exit_code:
+            raise SystemExit(outcome.exit_code)
+        return
+    click.echo(text, nl=False)
+    if outcome.exit_code:
+        raise DtrainError(
+            outcome.headline or f"{command} failed",
+            problems=outcome.problems,
+            exit_code=outcome.exit_code,
+        )
+
+
+@cli.command("ps", context_settings=CONTEXT)
+@hosts_option
+@job_option
+@remote_python_option
+@ssh_options
+@json_option
+@reports_errors_as_json("ps")
+def ps_command(
+    hostfile: Path | None,
+    job: str | None,
+    remote_python: str,
+    ssh_config: Path | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """List job processes on every host at once, grouped by job: pid, task, age, CPU, RSS.
+
+    A job process is one of yours whose environment carries DTRAIN_JOB_ID (any dtrain job)
+    or DMLC_ROLE (a parameter-server process, however it was started), or a descendant of
+    one. Found by environment, never by name. Without -H, this machine. Exits 0 when every
+    host answered, whatever it found.
+
+    \b
+    Examples:
+      dtrain ps -H hosts
+      dtrain ps -H hosts --job 20261122-143005-3fa2 --json
+    """
+    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    scans = list(cleanup.scan(read_hosts(hostfile), ssh, job, remote_python=remote_python).values())
+    outcome = hostprocs.scan_outcome(scans)
+    finish_sweep("ps", as_json, outcome, render.ps_text(scans), render.ps_data(scans, job))
+
+
+@cli.command("kill", context_settings=CONTEXT)
+@hosts_option
+@job_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL.",
+)
+@remote_python_option
+@ssh_options
+@json_option
+@reports_errors_as_json("kill")
+def kill_command(
+    hostfile: Path | None,
+    job: str | None,
+    dry_run: bool,
+    grace: float,
+    remote_python: str,
+    ssh_config: Path | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Stop what jobs left behind, or a running job, on every host at once.
+
+    Stops the job processes `dtrain ps` lists (yours only, found by environment, never by
+    name): SIGTERM to each process group, SIGKILL to what is left after --grace, then checks
+    that nothing is left. A running `dtrain launch` whose tasks are stopped this way fails,
+    saying they were killed from outside. Without -H, this machine. Exits 0 only when every
+    host was reached and nothing is left (with --dry-run: when every host answered).
+
+    \b
+    Examples:
+      dtrain kill -H hosts
+      dtrain kill -H hosts --job 20261122-143005-3fa2
+      dtrain kill --dry-run
+    """
+    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    kills = list(
+        cleanup.kill(
+            read_hosts(hostfile),
+            ssh,
+            job,
+            grace_s=grace,
+            dry_run=dry_run,
+            remote_python=remote_python,
+        ).values()
+    )
+    outcome = hostprocs.kill_outcome(kills)
+    data = render.kill_data(kills, job, grace, dry_run)
+    finish_sweep("kill", as_json, outcome, render.kill_text(kills), data)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,10 +16,20 @@ from dtrain.plan import Endpoint, Framework, PlacedTask, Role
 JOB_ID_VAR = "DTRAIN_JOB_ID"
 TASK_VAR = "DTRAIN_TASK"
 
-# Variables forwarded from the launching shell to every task, by prefix, per framework.
+# Variables forwarded from the launching shell to every task, by prefix, per framework. Narrow
+# on purpose: a bare "TF_" would also carry Terraform's TF_CLI_CONFIG_FILE to every host.
 FORWARD_PREFIXES: Mapping[Framework, tuple[str, ...]] = {
     Framework.DMLC: ("DMLC_", "PS_", "BYTEPS_"),
-    Framework.TF: ("TF_",),
+    Framework.TF: (
+        "TF_CPP_",
+        "TF_ENABLE_",
+        "TF_FORCE_",
+        "TF_XLA_",
+        "TF_GPU_",
+        "TF_NUM_",
+        "TF_DETERMINISTIC_",
+        "TF_GRPC_",
+    ),
     Framework.TORCH: ("NCCL_", "GLOO_", "TORCH_"),
     Framework.PADDLE: ("FLAGS_", "PADDLE_", "GLOG_"),
 }
@@ -72,6 +82,7 @@ MANAGED_VARS: Mapping[Framework, frozenset[str]] = {
             "POD_IP",
             "PADDLE_PSERVERS_IP_PORT_LIST",
             "PADDLE_PSERVER_ID",
+            "PADDLE_MASTER",
             "FLAGS_selected_gpus",
         }
     ),
@@ -175,6 +186,7 @@ class JobContext:
     tasks: tuple[PlacedTask, ...]
     rendezvous: Endpoint | None
     ps_gpus: bool = False
+    user_sets: frozenset[str] = frozenset()
 
     def of_role(self, role: Role) -> list[PlacedTask]:
         return [task for task in self.tasks if task.role is role]
@@ -256,7 +268,7 @@ def _torch_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
     assert ctx.rendezvous is not None, "torch jobs always have a master"
     workers = ctx.of_role(Role.WORKER)
     nodes = len({t.node_rank for t in workers})
-    return {
+    env = {
         "MASTER_ADDR": ctx.rendezvous.address,
         "MASTER_PORT": str(ctx.rendezvous.port),
         "RANK": str(task.index),
@@ -269,6 +281,14 @@ def _torch_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
         "ROLE_WORLD_SIZE": str(len(workers)),
         "ROLE_NAME": "default",
     }
+    # As torchrun does: several ranks on one host each running a full OpenMP pool thrash.
+    if task.local_size > 1 and "OMP_NUM_THREADS" not in ctx.user_sets:
+        env["OMP_NUM_THREADS"] = "1"
+    # gloo binds the address the host name resolves to, often 127.0.1.1 on Debian: name the
+    # interface that carries the task's address instead.
+    if task.interface is not None and "GLOO_SOCKET_IFNAME" not in ctx.user_sets:
+        env["GLOO_SOCKET_IFNAME"] = task.interface
+    return env
 
 
 def _paddle_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
@@ -285,9 +305,15 @@ def _paddle_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
             "PADDLE_RANK_IN_NODE": str(task.local_rank),
             "PADDLE_LOCAL_SIZE": str(task.local_size),
             "PADDLE_NNODES": str(len({t.node_rank for t in trainers})),
+            # The collective store lives here; without it Paddle uses the first endpoint too,
+            # but says "trainer_endpoints should not be null" when given only MASTER_*.
+            "PADDLE_MASTER": str(trainers[0].endpoint),
         }
         if task.gpu is not None:
             env["FLAGS_selected_gpus"] = task.gpu
+        elif "PADDLE_DISTRI_BACKEND" not in ctx.user_sets:
+            # Paddle's "auto" backend is NCCL-only: CPU collectives need gloo, as its launcher sets.
+            env["PADDLE_DISTRI_BACKEND"] = "gloo"
         return env
     role = "PSERVER" if task.role is Role.SERVER else "TRAINER"
     env = {

@@ -78,6 +78,7 @@ class PlacedTask:
     local_rank: int
     local_size: int
     address: str = ""
+    interface: str | None = None
     endpoint: Endpoint | None = None
     gpu: str | None = None
 
@@ -141,6 +142,7 @@ class JobPlan:
     others_exit_by_themselves: bool
     sync_dst: str | None = None
     extra_files: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> tuple[Host, ...]:
@@ -171,5 +173,6 @@ class JobPlan:
             "sync_dst": self.sync_dst,
             "rendezvous": str(self.rendezvous) if self.rendezvous else None,
             "finish_roles": sorted(role.value for role in self.finish_roles),
+            "notes": list(self.notes),
             "tasks": [task.to_dict() for task in self.tasks],
         }

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from dtrain.errors import Problem
+from dtrain.hostprocs import Fate, HostKill, HostScan, JobProcess
 from dtrain.plan import JobPlan
-from dtrain.results import JobResult, JobState, TaskExit
+from dtrain.results import JobResult, JobState, TaskExit, signal_name
 
 JSON_VERSION = 1
 MAX_PARTIAL_LINE = 1 << 16
@@ -75,6 +76,7 @@ def plan_text(plan: JobPlan, note: str | None = None) -> str:
         lines.append(f"rendezvous {plan.rendezvous}")
     if note:
         lines.append(note)
+    lines += [f"note: {message}" for message in plan.notes]
     rows = [("TASK", "HOST", "ADDRESS", "ENDPOINT", "COMMAND")]
     for task in plan.tasks:
         host = f"{task.host.name} (this machine)" if task.host.is_local else task.host.name
@@ -131,11 +133,16 @@ def result_text(result: JobResult) -> str:
         )
     lines = []
     cause = result.root_cause
-    if cause is None:
-        lines.append(f"dtrain: job {result.job_id} failed")
+    outside = [e for e in result.exits if e.is_killed_from_outside]
+    if cause is not None and cause.is_killed_from_outside and len(outside) > 1:
+        lines += killed_from_outside_lines(result, outside)
+        others = [e for e in result.exits if e.failed and not e.is_killed_from_outside]
     else:
-        lines += root_cause_lines(result.job_id, cause)
-    others = [e for e in result.exits if e.failed and e is not cause]
+        if cause is None:
+            lines.append(f"dtrain: job {result.job_id} failed")
+        else:
+            lines += root_cause_lines(result.job_id, cause)
+        others = [e for e in result.exits if e.failed and e is not cause]
     if others:
         lines.append(
             f"  then {len(others)} more task{'s' if len(others) != 1 else ''} failed: "
@@ -149,13 +156,235 @@ def result_text(result: JobResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+KILLED_FROM_OUTSIDE_HINT = (
+    "  sent by `dtrain kill`, by hand, or (SIGKILL) by the OOM killer: see `dmesg` on the host"
+)
+
+
+def killed_from_outside_lines(result: JobResult, outside: Sequence[TaskExit]) -> list[str]:
+    """Several tasks killed by signals dtrain did not send: someone stopped the job."""
+    first = min(outside, key=lambda e: e.finished_at)
+    signals = "/".join(sorted({signal_name(e.signal) for e in outside if e.signal is not None}))
+    labels = ", ".join(e.label for e in outside[:8]) + (", ..." if len(outside) > 8 else "")
+    return [
+        f"dtrain: job {result.job_id} failed: its tasks were killed from outside dtrain "
+        f"({signals}, {len(outside)} of {len(result.exits)} tasks, from "
+        f"{_clock(first.finished_at)}): {labels}",
+        KILLED_FROM_OUTSIDE_HINT,
+        f"  logs in {result.log_dir}/",
+    ]
+
+
 def root_cause_lines(job_id: str, cause: TaskExit) -> list[str]:
     lines = [
         f"dtrain: job {job_id} failed: {cause.label} {cause.describe()} at "
         f"{_clock(cause.finished_at)} (first failure)"
     ]
+    if cause.is_killed_from_outside:
+        lines.append(KILLED_FROM_OUTSIDE_HINT)
     if cause.stderr_tail:
         lines.append("  last stderr lines:")
         lines += [f"    | {line}" for line in cause.stderr_tail]
     lines.append(f"  full log: {cause.log_path}")
     return lines
+
+
+# ---- dtrain ps / dtrain kill ------------------------------------------------------------------
+
+MAX_COMMAND_CHARS = 160
+FATE_TEXT = {
+    Fate.LISTED: "-",
+    Fate.TERM: "SIGTERM",
+    Fate.KILL: "SIGKILL",
+    Fate.SURVIVED: "SURVIVED",
+}
+
+
+PS_HEADER = ("PID", "TASK", "AGE", "CPU", "RSS", "COMMAND")
+KILL_HEADER = ("PID", "TASK", "RESULT", "COMMAND")
+
+
+def ps_text(scans: Sequence[HostScan]) -> str:
+    """What `dtrain ps` prints: per host, each job's processes with pid, task, age, CPU, RSS."""
+    lines = []
+    for scan in scans:
+        name = _host_name(scan)
+        if scan.error is not None:
+            lines.append(f"{name}: not scanned (see the error below)")
+        elif not scan.processes:
+            lines.append(f"{name}: no job processes")
+        else:
+            lines.append(f"{name}: {_count(len(scan.processes), 'job process')}")
+            lines += _job_tables(scan, PS_HEADER, _ps_row)
+    return "\n".join(lines) + "\n"
+
+
+def kill_text(kills: Sequence[HostKill]) -> str:
+    """What `dtrain kill` prints: per host, what went on SIGTERM, on SIGKILL, and what survived."""
+    lines = []
+    for kill in kills:
+        name = _host_name(kill.scan)
+        found = kill.scan.processes
+        if kill.error is not None:
+            lines.append(f"{name}: not reached (see the error below)")
+        elif not found:
+            lines.append(f"{name}: nothing to stop")
+        elif kill.dry_run:
+            lines.append(f"{name}: would stop {_count(len(found), 'process')}")
+            lines += _job_tables(kill.scan, PS_HEADER, _ps_row)
+        else:
+            lines.append(f"{name}: {_kill_summary(kill)}")
+            lines += _job_tables(kill.scan, KILL_HEADER, _kill_row(kill), _survivor_reason(kill))
+    lines.append(_kill_total(kills))
+    return "\n".join(lines) + "\n"
+
+
+def ps_data(scans: Sequence[HostScan], job: str | None) -> dict[str, object]:
+    """The `data` of `dtrain ps --json`."""
+    return {"job": job, "hosts": [scan.to_dict() for scan in scans]}
+
+
+def kill_data(
+    kills: Sequence[HostKill], job: str | None, grace_s: float, dry_run: bool
+) -> dict[str, object]:
+    """The `data` of `dtrain kill --json`: every process found, each with its fate."""
+    return {
+        "job": job,
+        "grace_s": grace_s,
+        "dry_run": dry_run,
+        "hosts": [kill.to_dict() for kill in kills],
+    }
+
+
+def _host_name(scan: HostScan) -> str:
+    return f"{scan.host} (this machine)" if scan.is_local else scan.host
+
+
+def _count(n: int, noun: str) -> str:
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"{n} {noun if n == 1 else plural}"
+
+
+def _job_tables(
+    scan: HostScan,
+    header: tuple[str, ...],
+    row: Callable[[JobProcess], tuple[str, ...]],
+    note: Callable[[JobProcess], str | None] = lambda proc: None,
+) -> list[str]:
+    """One table per job; `note` adds an indented line under a process's row."""
+    lines = []
+    for job, processes in scan.jobs().items():
+        if job is None:
+            lines.append("  no dtrain job id (DMLC_ROLE set: started by hand, launch.py or BytePS)")
+        else:
+            lines.append(f"  job {job}")
+        header_line, *rows = _table([header, *(row(p) for p in processes)])
+        lines.append(f"    {header_line}")
+        for proc, text in zip(processes, rows, strict=True):
+            lines.append(f"    {text}")
+            extra = note(proc)
+            if extra:
+                lines.append(f"      {extra}")
+    return lines
+
+
+def _kill_row(kill: HostKill) -> Callable[[JobProcess], tuple[str, ...]]:
+    def row(proc: JobProcess) -> tuple[str, ...]:
+        return (str(proc.pid), _task(proc), FATE_TEXT[kill.fate(proc.pid)], _command(proc))
+
+    return row
+
+
+def _survivor_reason(kill: HostKill) -> Callable[[JobProcess], str | None]:
+    reasons = {s.pid: s.reason for s in kill.survivors}
+
+    def note(proc: JobProcess) -> str | None:
+        reason = reasons.get(proc.pid)
+        return f"why: {reason}" if reason else None
+
+    return note
+
+
+def _ps_row(proc: JobProcess) -> tuple[str, ...]:
+    return (
+        str(proc.pid),
+        _task(proc),
+        duration_text(proc.age_s),
+        cpu_text(proc.cpu_s),
+        size_text(proc.rss_bytes),
+        _command(proc),
+    )
+
+
+def _task(proc: JobProcess) -> str:
+    if proc.inherited_from is not None:
+        return f"{proc.label} (child of {proc.inherited_from})"
+    return proc.label
+
+
+def _command(proc: JobProcess) -> str:
+    text = " ".join(proc.command)  # as ps shows it: for reading, not for pasting
+    if len(text) > MAX_COMMAND_CHARS:
+        text = text[: MAX_COMMAND_CHARS - 3] + "..."
+    return text
+
+
+def _kill_summary(kill: HostKill) -> str:
+    found = len(kill.scan.processes)
+    parts = []
+    if kill.by_term:
+        parts.append(f"{len(kill.by_term)} on SIGTERM")
+    if kill.by_kill:
+        parts.append(f"{len(kill.by_kill)} on SIGKILL after the {kill.grace_s:g}s grace")
+    if kill.survivors:
+        parts.append(f"{len(kill.survivors)} survived")
+    stopped = len(kill.by_term) + len(kill.by_kill)
+    return f"stopped {stopped} of {_count(found, 'process')}: " + ", ".join(parts)
+
+
+def _kill_total(kills: Sequence[HostKill]) -> str:
+    reached = [k for k in kills if k.error is None]
+    hosts = f"{len(kills)} host{'s' if len(kills) != 1 else ''}"
+    if len(reached) < len(kills):
+        hosts = f"{len(reached)} of {hosts}"
+    if any(k.dry_run for k in kills):
+        found = sum(len(k.scan.processes) for k in reached)
+        return f"dry run: would stop {_count(found, 'process')} on {hosts}; nothing was signalled"
+    stopped = sum(len(k.by_term) + len(k.by_kill) for k in reached)
+    left = sum(len(k.survivors) for k in reached)
+    tail = "nothing is left" if not left else f"{left} left running"
+    if len(reached) < len(kills):
+        tail += " on those"
+    return f"stopped {_count(stopped, 'process')} on {hosts}; {tail}"
+
+
+def duration_text(seconds: float) -> str:
+    """A process age the way people say it: 42s, 5m03s, 3h05m, 2d04h."""
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def cpu_text(seconds: float) -> str:
+    """CPU time as ps prints it: M:SS, or H:MM:SS."""
+    total = int(seconds)
+    minutes, secs = divmod(total, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def size_text(size: int) -> str:
+    """Resident memory in binary units: 512K, 12M, 1.5G."""
+    if size < 1 << 20:
+        return f"{size >> 10}K"
+    if size < 1 << 30:
+        return f"{size / (1 << 20):.0f}M"
+    return f"{size / (1 << 30):.1f}G"

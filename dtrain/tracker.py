@@ -303,7 +303,14 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
     """Turn a request and the facts looked up for it into a complete plan."""
     placed = place(request)
     shape = _shape(request)
-    addressed = [replace(t, address=_task_address(request, facts, t.host)) for t in placed]
+    addressed = [
+        replace(
+            t,
+            address=_task_address(request, facts, t.host),
+            interface=None if request.is_local_only else _interface_of(request, facts, t.host),
+        )
+        for t in placed
+    ]
     _check_no_loopback(request, addressed)
     addressed = _assign_endpoints(request, facts, addressed, shape)
     rendezvous: Endpoint | None = None
@@ -320,6 +327,7 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
         tasks=tuple(addressed),
         rendezvous=rendezvous,
         ps_gpus=request.ps_gpus,
+        user_sets=frozenset(request.shell_env) | frozenset(request.env),
     )
     forwarded = frameworks.forwarded_env(request.framework, request.shell_env)
     is_multi_host = not request.is_local_only
@@ -352,6 +360,7 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
         endpoints = "\n".join(ctx.endpoints(Role.WORKER) + ctx.endpoints(Role.SERVER))
         extra_files["endpoints.log"] = f"PADDLE_TRAINER_ENDPOINTS:\n{endpoints}\n"
     return JobPlan(
+        notes=_notes(request, specs),
         job_id=facts.job_id,
         framework=request.framework,
         tasks=tuple(specs),
@@ -362,6 +371,29 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
         others_exit_by_themselves=shape.others_exit_by_themselves,
         extra_files=extra_files,
     )
+
+
+def _notes(request: JobRequest, specs: Sequence[TaskSpec]) -> tuple[str, ...]:
+    """Things a person should know about the plan before it runs."""
+    notes = []
+    servers = sum(1 for t in specs if t.role is Role.SERVER)
+    if request.framework is Framework.TF and servers and not request.chief:
+        notes.append(
+            "TensorFlow 2's ParameterServerStrategy trains only in a chief: add --chief, "
+            "unless the workers themselves train (TF1 style)"
+        )
+    if (
+        any(
+            t.env.get("OMP_NUM_THREADS") == "1" and "OMP_NUM_THREADS" not in request.env
+            for t in specs
+        )
+        and request.framework is Framework.TORCH
+    ):
+        notes.append(
+            "OMP_NUM_THREADS=1 for every rank (several ranks share each host), as torchrun "
+            "does; set it yourself to tune"
+        )
+    return tuple(notes)
 
 
 def _task_workdir(request: JobRequest, host: Host) -> str:
@@ -392,6 +424,17 @@ def _task_address(request: JobRequest, facts: Facts, host: Host) -> str:
             f"host {host.name} has no IPv4 address on interface {interface}",
             hint=f"its interfaces are: {have}; pass --interface NAME or unset DMLC_INTERFACE",
         ) from None
+
+
+def _interface_of(request: JobRequest, facts: Facts, host: Host) -> str | None:
+    """The name of the host's interface that carries its task address (for GLOO_SOCKET_IFNAME)."""
+    if request.effective_interface is not None:
+        return request.effective_interface
+    host_facts = _host_facts(facts, host)
+    for name, address in sorted(host_facts.interfaces.items()):
+        if address == host_facts.address:
+            return name
+    return None
 
 
 def _check_no_loopback(request: JobRequest, tasks: Sequence[PlacedTask]) -> None:
