@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, then run it: lint, types, and every test.
+#
+#   sudo bash scripts/test.sh            # the whole suite (about 10 minutes on 2 cores)
+#   sudo bash scripts/test.sh -k ssh     # extra arguments go to pytest
+#
+# Needs root: the suite builds its own ssh cluster (network namespaces, one sshd per host).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/test.sh: run as root (sudo): the suite creates network namespaces and sshd hosts" >&2
+    exit 2
+fi
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh"
+export DEBIAN_FRONTEND=noninteractive
+if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null; then
+    apt-get update -qq
+fi
+apt-get install -y -qq --no-install-recommends \
+    openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
+    >/dev/null
+
+PYTHON=${PYTHON:-python3}
+step "main virtualenv (.venv): dtrain, its dev tools, MXNet 1.9.1, PyTorch 2.13.0 (CPU)"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/pip install -q -e '.[dev,bench]' 'mxnet==1.9.1' 'numpy<1.24' 'torch==2.13.0'
+
+# TensorFlow and Paddle need a newer numpy than MXNet 1.9.1: each gets its own virtualenv.
+step "TensorFlow virtualenv (.venvs/tf)"
+[ -x .venvs/tf/bin/python ] || "$PYTHON" -m venv .venvs/tf
+.venvs/tf/bin/pip install -q 'tensorflow-cpu==2.21.0'
+
+step "PaddlePaddle virtualenv (.venvs/paddle)"
+[ -x .venvs/paddle/bin/python ] || "$PYTHON" -m venv .venvs/paddle
+.venvs/paddle/bin/pip install -q 'paddlepaddle==3.3.1'
+
+step "lint and types"
+.venv/bin/ruff check dtrain tests examples bench
+.venv/bin/ruff format --check dtrain tests examples bench
+.venv/bin/mypy
+
+step "tests"
+exec .venv/bin/python -m pytest tests "$@"
