@@ -72,13 +72,47 @@ class EventSink(Protocol):
     def put(self, item: Event, /) -> None: ...
 
 
+class OutputBudget:
+    """Bounds the task output read from agents but not yet written out, across all hosts.
+
+    When the console or disk is slower than the tasks, readers stop reading, ssh flow control
+    stops the agents, and the tasks block on their pipes: memory stays flat instead of
+    buffering the whole flood.
+    """
+
+    def __init__(self, limit_bytes: int = 32 << 20) -> None:
+        self.limit_bytes = limit_bytes
+        self.pending = 0
+        self._cond = threading.Condition()
+
+    def take(self, size: int, still_alive: Callable[[], None]) -> None:
+        with self._cond:
+            self.pending += size
+            while self.pending > self.limit_bytes:
+                self._cond.wait(0.5)
+                still_alive()  # we stopped reading; the host did not stop talking
+
+    def give_back(self, size: int) -> None:
+        with self._cond:
+            self.pending -= size
+            if self.pending <= self.limit_bytes:
+                self._cond.notify_all()
+
+
 class AgentSession:
     """The launcher's side of one agent."""
 
-    def __init__(self, host: Host, link: Link, events: EventSink) -> None:
+    def __init__(
+        self,
+        host: Host,
+        link: Link,
+        events: EventSink,
+        budget: OutputBudget | None = None,
+    ) -> None:
         self.host = host
         self.link = link
         self.events = events
+        self.budget = budget
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.last_heard = time.monotonic()
         self.is_closed = False
@@ -101,12 +135,17 @@ class AgentSession:
                         self.replies.put(proto.decode_json(payload))
                     elif kind != proto.PING:
                         self.events.put(AgentEvent(self, kind, task, payload))
+                        if self.budget is not None and kind in (proto.STDOUT, proto.STDERR):
+                            self.budget.take(len(payload), self._mark_heard)
         except (OSError, EOFError, proto.FrameError) as exc:
             logger.debug("stream from %s ended: %s", self.host.name, exc)
         finally:
             self.is_closed = True
             self.replies.put(None)
             self.events.put(LinkClosed(self))
+
+    def _mark_heard(self) -> None:
+        self.last_heard = time.monotonic()
 
     def send(self, frame: bytes) -> bool:
         """Send a frame; False if the stream is already broken."""

@@ -141,10 +141,13 @@ class Supervisor:
             self.on_agent_event(event)
 
     def on_agent_event(self, event: AgentEvent) -> None:
+        is_output = event.kind in (proto.STDOUT, proto.STDERR)
+        if is_output and event.session.budget is not None:
+            event.session.budget.give_back(len(event.payload))
         run = self.runs.get(event.task)
         if run is None or run.exit is not None:
             return
-        if event.kind in (proto.STDOUT, proto.STDERR):
+        if is_output:
             is_stderr = event.kind == proto.STDERR
             run.log.write(event.payload)
             if is_stderr:
