@@ -83,6 +83,30 @@ class Hosts:
         remote = [host for host in hosts if not host.is_local]
         if remote:
             self.ssh.connect_all(remote)
+        problems = self._start_agents(hosts)
+        if problems:
+            raise RemoteError(
+                "could not start on every host; nothing was started", problems=problems
+            )
+        return {host.name: self.sessions[host.name] for host in hosts}
+
+    def open_reachable(
+        self, hosts: Sequence[Host]
+    ) -> tuple[dict[str, AgentSession], dict[str, Problem]]:
+        """Like `open`, but a host that cannot be reached is a problem, not an error.
+
+        For commands that must act on every host they can (`dtrain kill`, `ps`, doctor).
+        """
+        remote = [host for host in hosts if not host.is_local]
+        problems = self.ssh.try_connect_all(remote) if remote else {}
+        reached = [host for host in hosts if host.name not in problems]
+        for problem in self._start_agents(reached):
+            problems[problem.host or ""] = problem
+        sessions = {h.name: self.sessions[h.name] for h in hosts if h.name in self.sessions}
+        return sessions, problems
+
+    def _start_agents(self, hosts: Sequence[Host]) -> list[Problem]:
+        """Start an agent on each (connected) host in parallel; the problems of those that fail."""
         problems: list[Problem] = []
         lock = threading.Lock()
 
@@ -106,11 +130,7 @@ class Hosts:
             thread.start()
         for thread in threads:
             thread.join()
-        if problems:
-            raise RemoteError(
-                "could not start on every host; nothing was started", problems=problems
-            )
-        return {host.name: self.sessions[host.name] for host in hosts}
+        return problems
 
     def close(self) -> None:
         """Close every session in parallel; an unresponsive host cannot hold dtrain up."""

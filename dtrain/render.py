@@ -324,6 +324,7 @@ def _task(proc: JobProcess) -> str:
 
 def _command(proc: JobProcess) -> str:
     text = " ".join(proc.command)  # as ps shows it: for reading, not for pasting
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)  # one line per row
     if len(text) > MAX_COMMAND_CHARS:
         text = text[: MAX_COMMAND_CHARS - 3] + "..."
     return text

@@ -65,13 +65,20 @@ class TaskExit:
             name = signal_name(self.signal)
             if self.stopped_by_us:
                 return f"was stopped by dtrain ({name})"
-            return (
-                f"was killed by {name} from outside dtrain "
-                "(another user or `dtrain kill`, the OOM killer, or a crash)"
-                if self.signal in (signal.SIGTERM, signal.SIGKILL)
-                else f"died of {name}"
-            )
+            if self.is_killed_from_outside:
+                return f"was killed by {name} from outside dtrain"
+            return f"died of {name}"
         return f"exited with code {self.exit_code}"
+
+    @property
+    def is_killed_from_outside(self) -> bool:
+        """Ended by SIGTERM/SIGKILL that dtrain did not send: `dtrain kill`, a person, the OOM
+        killer."""
+        return (
+            not self.stopped_by_us
+            and self.reason is None
+            and self.signal in (signal.SIGTERM, signal.SIGKILL)
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {

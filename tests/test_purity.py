@@ -13,6 +13,7 @@ PURE = [
     "dtrain.frameworks",
     "dtrain.results",
     "dtrain.render",
+    "dtrain.hostprocs",
 ]
 FORBIDDEN = ["paramiko", "psutil", "subprocess", "socket", "dtrain.transport", "dtrain.ssh"]
 

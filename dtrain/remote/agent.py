@@ -322,41 +322,17 @@ class Agent:
         self.reply({"ok": True})
 
     def op_scan(self, request):
-        table = procs.snapshot()
-        selected = procs.select_job_processes(
-            table,
-            job=request.get("job"),
-            include_dmlc=request.get("include_dmlc", True),
-            exclude=procs.ancestors(os.getpid(), table),
-        )
-        self.reply({"ok": True, "processes": procs.describe(table, selected), "time": time.time()})
+        self.reply(dict(procs.scan(request.get("job"), request.get("include_dmlc", True)), ok=True))
 
     def op_kill(self, request):
-        table = procs.snapshot()
-        selected = procs.select_job_processes(
-            table,
-            job=request.get("job"),
+        reply = procs.kill(
+            request.get("job"),
             include_dmlc=request.get("include_dmlc", True),
-            exclude=procs.ancestors(os.getpid(), table),
+            grace_s=float(request.get("grace_s", 5.0)),
+            dry_run=bool(request.get("dry_run")),
         )
-        described = procs.describe(table, selected)
-        if request.get("dry_run"):
-            self.reply(
-                {"ok": True, "processes": described, "term": [], "kill": [], "survivors": []}
-            )
-            return
-        by_term, by_kill, survivors = procs.terminate(
-            table, selected, float(request.get("grace_s", 5.0))
-        )
-        self.reply(
-            {
-                "ok": True,
-                "processes": described,
-                "term": by_term,
-                "kill": by_kill,
-                "survivors": survivors,
-            }
-        )
+        self.last_heard = _monotonic()  # the grace ran inside this request: not a silence
+        self.reply(dict(reply, ok=True))
 
     def op_sync_plan(self, request):
         try:

@@ -6,11 +6,10 @@ Reads /proc, so it needs nothing installed: standard library only, Python >= 3.6
 the agent's task cleanup, `dtrain ps`/`dtrain kill` and `dtrain doctor`'s stale-process check.
 """
 
-import contextlib
 import os
 import signal
 import time
-from typing import Dict, List  # noqa: F401 - used in type comments
+from typing import Dict, List, Tuple  # noqa: F401 - used in type comments
 
 JOB_VAR = "DTRAIN_JOB_ID"
 TASK_VAR = "DTRAIN_TASK"
@@ -19,6 +18,7 @@ TAG_VARS = (JOB_VAR, TASK_VAR, ROLE_VAR)
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+KILL_WAIT_S = 2.0  # after SIGKILL, how long a process may take to be gone
 
 
 def boot_time():
@@ -45,6 +45,7 @@ class Proc:
         "rss",
         "sid",
         "start",
+        "start_ticks",
         "state",
         "tags",
         "uid",
@@ -53,7 +54,8 @@ class Proc:
     def __init__(self, pid, uid, stat, start, tags):
         self.pid = pid
         self.uid = uid
-        self.state, self.ppid, self.pgid, self.sid, self.cpu_s, _, self.rss, self.comm = stat
+        self.state, self.ppid, self.pgid, self.sid, self.cpu_s, self.start_ticks = stat[:6]
+        self.rss, self.comm = stat[6:]
         self.start = start
         self.tags = tags
         self.cmdline = []
@@ -69,6 +71,7 @@ class Proc:
             "cpu_s": self.cpu_s,
             "rss": self.rss,
             "cmdline": self.cmdline,
+            "comm": self.comm,
             "tags": self.tags,
         }
 
@@ -212,25 +215,52 @@ def select_job_processes(table, job=None, task=None, include_dmlc=True, exclude=
 
 
 def describe(table, selected):
-    """Selected processes as dicts with their command lines, for ps/kill/doctor reports."""
+    """Selected processes as dicts with their command lines, for ps/kill/doctor reports.
+
+    A descendant that carries no tag of its own (its environment was replaced) gets the tags
+    of its nearest tagged ancestor, and `inherited_from` names that ancestor.
+    """
+    chosen = set(selected)
     result = []
     for pid in selected:
         proc = table.get(pid)
         if proc is None:
             continue
         proc.cmdline = read_cmdline(pid)
-        result.append(proc.to_dict())
+        entry = proc.to_dict()
+        entry["inherited_from"] = None
+        owner = proc
+        seen = set()
+        while not owner.tags and owner.ppid in chosen and owner.ppid not in seen:
+            seen.add(owner.ppid)
+            owner = table[owner.ppid]
+        if owner is not proc and owner.tags:
+            entry["tags"] = dict(owner.tags)
+            entry["inherited_from"] = owner.pid
+        result.append(entry)
     return result
 
 
-def alive(pid):
+def alive(pid, start_ticks=None):
+    """True while `pid` runs (zombies are dead); with `start_ticks`, only that same process."""
     stat = read_stat(pid)
-    return stat is not None and stat[0] != "Z"
+    if stat is None or stat[0] in ("Z", "X", "x"):
+        return False
+    return start_ticks is None or stat[5] == start_ticks
 
 
-def signal_processes(table, selected, signum):
-    """Signal whole process groups where every member is selected, single pids otherwise."""
-    chosen = set(selected)
+def _same(table, pid):
+    proc = table.get(pid)
+    return proc is not None and alive(pid, proc.start_ticks)
+
+
+def signal_processes(table, selected, signum, errors=None):
+    """Signal whole process groups where every member is selected, single pids otherwise.
+
+    Only processes that are still the ones in `table` (same start time): a pid reused by
+    someone else since the snapshot is never signalled. Failures land in `errors` by pid.
+    """
+    chosen = set(pid for pid in selected if _same(table, pid))
     groups = {}  # type: Dict[int, List[int]]
     for pid in pids():  # every user's processes: a group may hold someone else's
         stat = read_stat(pid)
@@ -238,42 +268,135 @@ def signal_processes(table, selected, signum):
             groups.setdefault(stat[2], []).append(pid)
     done = set()
     for pid in selected:
-        if pid in done or pid not in table:
+        if pid in done or pid not in chosen:
             continue
         pgid = table[pid].pgid
         members = groups.get(pgid, [])
-        if pgid > 1 and members and all(member in chosen for member in members):
-            with contextlib.suppress(OSError):
+        try:
+            if pgid > 1 and members and all(member in chosen for member in members):
+                done.update(members)
                 os.killpg(pgid, signum)
-            done.update(members)
-        else:
-            with contextlib.suppress(OSError):
+            else:
+                done.add(pid)
                 os.kill(pid, signum)
-            done.add(pid)
+        except ProcessLookupError:
+            pass
+        except OSError as exc:
+            if errors is not None:
+                errors[pid] = exc.strerror or str(exc)
 
 
-def terminate(table, selected, grace_s, poll_s=0.05):
-    """SIGTERM, wait up to the grace, SIGKILL what is left, verify.
+def _wait_gone(table, waiting, seconds, poll_s):
+    deadline = time.monotonic() + max(seconds, 0.0)
+    remaining = [pid for pid in waiting if _same(table, pid)]
+    while remaining and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        remaining = [pid for pid in remaining if _same(table, pid)]
+    return remaining
+
+
+def terminate(table, selected, grace_s, poll_s=0.05, errors=None):
+    """SIGTERM (and SIGCONT, so stopped processes see it), wait up to the grace, SIGKILL what
+    is left, verify.
 
     Returns (killed_by_term, killed_by_kill, survivors) as lists of pids.
     """
     if not selected:
         return [], [], []
-    signal_processes(table, selected, signal.SIGTERM)
-    deadline = time.monotonic() + max(grace_s, 0.0)
-    remaining = [pid for pid in selected if alive(pid)]
-    while remaining and time.monotonic() < deadline:
-        time.sleep(poll_s)
-        remaining = [pid for pid in remaining if alive(pid)]
+    signal_processes(table, selected, signal.SIGTERM, errors)
+    signal_processes(table, selected, signal.SIGCONT)
+    remaining = _wait_gone(table, selected, grace_s, poll_s)
     by_term = [pid for pid in selected if pid not in remaining]
+    survivors = []  # type: List[int]
     if remaining:
-        signal_processes(table, remaining, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            still = [pid for pid in remaining if alive(pid)]
-            if not still:
-                break
-            time.sleep(poll_s)
-    survivors = [pid for pid in remaining if alive(pid)]
+        signal_processes(table, remaining, signal.SIGKILL, errors)
+        survivors = _wait_gone(table, remaining, KILL_WAIT_S, poll_s)
     by_kill = [pid for pid in remaining if pid not in survivors]
     return by_term, by_kill, survivors
+
+
+def why_alive(pid, errors):
+    """Why a process outlived SIGKILL, in words a person can act on."""
+    if pid in errors:
+        return "could not be signalled: %s" % errors[pid]
+    stat = read_stat(pid)
+    state = stat[0] if stat else "?"
+    if state == "D":
+        return (
+            "in uninterruptible sleep (state D): stuck in a kernel call (a hung NFS mount or "
+            "device driver, e.g. the GPU's); it dies when the call returns, else reboot"
+        )
+    return "still alive %.0fs after SIGKILL (state %s)" % (KILL_WAIT_S, state)
+
+
+# ---- what the agent's scan and kill requests do ------------------------------------------
+
+
+def find(job=None, include_dmlc=True):
+    """(table, pids) of this user's job processes; never this process or the session it runs in."""
+    table = snapshot()
+    selected = select_job_processes(
+        table, job=job, include_dmlc=include_dmlc, exclude=ancestors(os.getpid(), table)
+    )
+    return table, selected
+
+
+def _user():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+def scan(job=None, include_dmlc=True):
+    """The job processes on this host, as a reply for `dtrain ps` and doctor's stale check."""
+    table, selected = find(job, include_dmlc)
+    return _found(table, selected)
+
+
+def _found(table, selected):
+    return {
+        "processes": describe(table, selected),
+        "time": time.time(),
+        "uid": os.getuid(),
+        "user": _user(),
+    }
+
+
+def kill(job=None, include_dmlc=True, grace_s=5.0, dry_run=False, rounds=3):
+    """Stop the job processes on this host: TERM, grace, KILL, verify, as a reply.
+
+    Processes that join the job while it is being stopped (a supervisor respawning workers)
+    are found by a fresh scan and stopped too, for a bounded number of rounds.
+    """
+    table, selected = find(job, include_dmlc)
+    reply = _found(table, selected)
+    reply.update({"term": [], "kill": [], "survivors": [], "dry_run": bool(dry_run)})
+    if dry_run:
+        return reply
+    errors = {}  # type: Dict[int, str]
+    known = set((pid, table[pid].start_ticks) for pid in selected)
+    survivors = []  # type: List[Tuple[int, int]]
+    for round_number in range(rounds):
+        grace = float(grace_s)
+        if round_number:
+            table, fresh = find(job, include_dmlc)
+            selected = [pid for pid in fresh if (pid, table[pid].start_ticks) not in known]
+            if not selected:
+                break
+            reply["processes"].extend(describe(table, selected))
+            known.update((pid, table[pid].start_ticks) for pid in selected)
+            grace = min(grace, 1.0)
+        by_term, by_kill, left = terminate(table, selected, grace, errors=errors)
+        reply["term"].extend(by_term)
+        reply["kill"].extend(by_kill)
+        survivors.extend((pid, table[pid].start_ticks) for pid in left)
+    reply["survivors"] = [
+        {"pid": pid, "reason": why_alive(pid, errors)}
+        for pid, ticks in survivors
+        if alive(pid, ticks)
+    ]
+    reply["time"] = time.time()
+    return reply
