@@ -260,4 +260,6 @@ def test_kill_on_eight_hosts_takes_about_as_long_as_on_one(
     one_s, eight_s = statistics.median(timings["1"]), statistics.median(timings["8"])
     print(f"\ndtrain kill --grace 1, median of 3: 1 host {one_s:.2f}s, 8 hosts {eight_s:.2f}s")
     print(f"  runs: 1 host {timings['1']}, 8 hosts {timings['8']}")
-    assert eight_s < 2 * one_s  # one host after another would take about 8x
+    # One host after another would spend the 1 s grace 8 times: about 8x. A loose bound, as
+    # the 8 hosts share this machine's cores (their login shells and agents start at once).
+    assert eight_s < 3 * one_s
