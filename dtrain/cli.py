@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -19,7 +20,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import click
 
-from dtrain import __version__, cleanup, hostprocs, render, tracker
+from dtrain import __version__, checks, cleanup, hostprocs, render, tracker
 from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
 from dtrain.hosts import Host, local_host, parse_hosts
 from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
@@ -290,6 +291,12 @@ ROLE_ENV_FLAGS = {
 @click.option("--remote-python", default="python3", show_default=True, help="Runs dtrain's agent.")
 @ssh_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
+@click.option(
+    "--no-preflight",
+    is_flag=True,
+    help="Skip the quick checks (stale processes, scheduler reachable from every host) "
+    "that run before anything starts on other machines.",
+)
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @reports_errors_as_json("launch")
@@ -323,6 +330,7 @@ def launch(
     accept_new_host_keys: bool,
     connect_timeout: float | None,
     dry_run: bool,
+    no_preflight: bool,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -407,6 +415,8 @@ def launch(
             ssh=ssh,
             remote_python=remote_python,
             sync_excludes=(*DEFAULT_EXCLUDES, *sync_exclude),
+            preflight=not no_preflight,
+            kill_command=kill_command_for(hostfile, ssh_config),
         ),
         console=console,
         on_planned=announce,
@@ -552,6 +562,84 @@ def kill_command(
     outcome = hostprocs.kill_outcome(kills)
     data = render.kill_data(kills, job, grace, dry_run)
     finish_sweep("kill", as_json, outcome, render.kill_text(kills), data)
+
+
+# ---- doctor ---------------------------------------------------------------------------------
+
+
+def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
+    """The `dtrain kill` line that reaches the same hosts, for hints."""
+    words = ["dtrain", "kill"]
+    if hostfile is not None:
+        words += ["-H", str(hostfile)]
+    if ssh_config is not None:
+        words += ["--ssh-config", str(ssh_config)]
+    return shlex.join(words)
+
+
+@cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
+@hosts_option
+@click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Working directory of every task (default: this directory).",
+)
+@click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
+@click.option("--host-ip", help="The scheduler's address as every host reaches it.")
+@click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")
+@click.option("--remote-python", default="python3", show_default=True, help="Runs dtrain's agent.")
+@ssh_options
+@json_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@reports_errors_as_json("doctor")
+def doctor(
+    hostfile: Path | None,
+    port: int | None,
+    workdir: Path | None,
+    sync_dst_dir: str | None,
+    host_ip: str | None,
+    interface: str | None,
+    remote_python: str,
+    ssh_config: Path | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float | None,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Check every host for what makes launches hang, all at once, with the fix for each.
+
+    ssh (no prompt, host key known), the Python COMMAND would run and its packages, the
+    working directory and script, ps-lite's variables, GPUs, clocks, the address each host
+    advertises, TCP to the scheduler and between every pair of hosts, and processes left by
+    earlier jobs. Give the COMMAND you will launch after --; without one, python3 is checked.
+    Exits 0 when nothing FAILs.
+
+    \b
+    Examples:
+      dtrain doctor -H hosts -- python train.py --kv-store dist_sync
+      dtrain doctor -H hosts --port 9091 --sync-dst-dir /data/job --json -- python train.py
+    """
+    request = checks.DoctorRequest(
+        hosts=read_hosts(hostfile),
+        command=command,
+        workdir=str((workdir or Path.cwd()).absolute()),
+        sync_dst=sync_dst_dir,
+        port=port,
+        host_ip=host_ip,
+        interface=interface or os.environ.get("DMLC_INTERFACE") or None,
+        shell_env=dict(os.environ),
+        kill_command=kill_command_for(hostfile, ssh_config),
+    )
+    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    report = checks.run_doctor(request, ssh, remote_python)
+    if as_json:
+        problems = [r.to_problem() for r in report.failures]
+        emit_json(render.envelope("doctor", report.exit_code, report.to_dict(), problems))
+    else:
+        click.echo(render.doctor_text(report), nl=False)
+    if report.exit_code:
+        raise SystemExit(report.exit_code)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dtrain import sync, tracker
 from dtrain.agents import AgentSession, Event, Heartbeat, request_all
-from dtrain.errors import Problem, RemoteError
+from dtrain.errors import PreflightFailed, Problem, RemoteError
 from dtrain.hosts import Host
 from dtrain.plan import JobPlan
 from dtrain.results import JobResult
@@ -57,6 +57,8 @@ class LaunchOptions:
     ssh: SshOptions = field(default_factory=SshOptions)
     remote_python: str = "python3"
     sync_excludes: tuple[str, ...] = sync.DEFAULT_EXCLUDES
+    preflight: bool = True
+    kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
 
 
 class Hosts:
@@ -314,6 +316,8 @@ class Launch:
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
                 facts = gather_facts(self.request, self.job_id, sessions, self.options)
                 self.plan = tracker.plan_job(self.request, facts)
+                if self.options.preflight:
+                    self._preflight(sessions)
                 if self.plan.sync_dst is not None:
                     self._sync(sessions, self.plan.sync_dst)
                 self._hand_out_tasks(sessions)
@@ -347,6 +351,38 @@ class Launch:
                 return result
         finally:
             hosts.close()
+
+    def _preflight(self, sessions: Mapping[str, AgentSession]) -> None:
+        """doctor's quick subset (stale processes, scheduler reachable from every host) before
+        anything is copied or started; only for jobs that reach other machines."""
+        assert self.plan is not None
+        if all(s.host.is_local for s in sessions.values()):
+            return
+        from dtrain import checks  # checks builds on this module
+        from dtrain.diagnosis import Status
+
+        started = time.monotonic()
+        rendezvous = self.plan.rendezvous
+        first = self.plan.tasks[0].host.name if self.plan.tasks else None
+        results = checks.preflight(
+            sessions,
+            first if rendezvous is not None else None,
+            (rendezvous.address, rendezvous.port) if rendezvous is not None else None,
+            self.options.kill_command,
+        )
+        logger.info("preflight took %.3fs", time.monotonic() - started)
+        for result in results:
+            if result.status is Status.WARN:
+                self.console.note(f"preflight: {result.host}: {result.detail}")
+        failures = [r.to_problem() for r in results if r.status is Status.FAIL]
+        if failures:
+            raise PreflightFailed(
+                f"preflight failed on {len({p.host for p in failures})} host(s); "
+                "nothing was started",
+                problems=failures,
+                hint="fix the above, or pass --no-preflight to start anyway; "
+                "`dtrain doctor -H HOSTS` checks everything",
+            )
 
     def _sync(self, sessions: Mapping[str, AgentSession], dst: str) -> None:
         assert self.plan is not None

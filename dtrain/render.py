@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from dtrain.diagnosis import CheckResult, DoctorReport, Status
 from dtrain.errors import Problem
 from dtrain.hostprocs import Fate, HostKill, HostScan, JobProcess
 from dtrain.plan import JobPlan
@@ -389,3 +390,64 @@ def size_text(size: int) -> str:
     if size < 1 << 30:
         return f"{size / (1 << 20):.0f}M"
     return f"{size / (1 << 30):.1f}G"
+
+
+# ---- dtrain doctor --------------------------------------------------------------------------
+
+CELL_TEXT = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "-"}
+
+
+def doctor_text(report: DoctorReport) -> str:
+    """Hosts x checks at a glance, then each FAIL and WARN with its evidence and fix."""
+    header = ("HOST", *report.checks)
+    rows: list[tuple[str, ...]] = [header]
+    for host in report.hosts:
+        cells = []
+        for check in report.checks:
+            result = report.result(check, host.name)
+            cells.append(CELL_TEXT[result.status] if result else "-")
+        rows.append((f"{host.name} (here)" if host.is_local else host.name, *cells))
+    lines = _table([(*row, "") for row in rows])
+    findings = [*report.failures, *report.warnings]
+    if findings:
+        lines.append("")
+    for result in sorted(findings, key=_finding_order(report)):
+        lines += doctor_finding_lines(result)
+    lines.append("")
+    lines.append(doctor_summary(report))
+    return "\n".join(lines) + "\n"
+
+
+def _finding_order(report: DoctorReport) -> Callable[[CheckResult], tuple[int, int, int]]:
+    hosts = [h.name for h in report.hosts]
+
+    def key(result: CheckResult) -> tuple[int, int, int]:
+        return (
+            result.status is not Status.FAIL,
+            hosts.index(result.host) if result.host in hosts else len(hosts),
+            report.checks.index(result.check) if result.check in report.checks else 0,
+        )
+
+    return key
+
+
+def doctor_finding_lines(result: CheckResult) -> list[str]:
+    lines = [f"{CELL_TEXT[result.status]} {result.host} {result.check}: {result.detail}"]
+    if result.hint:
+        lines.append(f"  hint: {result.hint}")
+    return lines
+
+
+def doctor_summary(report: DoctorReport) -> str:
+    remote = sum(1 for h in report.hosts if not h.is_local)
+    where = "this machine"
+    if remote:
+        where = f"{remote} host{'s' if remote != 1 else ''} and this machine"
+    failed, warned = len(report.failures), len(report.warnings)
+    if not failed and not warned:
+        verdict = "every check passed"
+    else:
+        parts = [f"{failed} failed"] if failed else []
+        parts += [f"{warned} warning{'s' if warned != 1 else ''}"] if warned else []
+        verdict = ", ".join(parts)
+    return f"doctor: {where}, {len(report.checks)} checks in {report.elapsed_s:.1f}s: {verdict}"

@@ -26,7 +26,7 @@ from dtrain import remote
 
 logger = logging.getLogger(__name__)
 
-REMOTE_MODULES = ("proto", "procs", "files", "agent")
+REMOTE_MODULES = ("proto", "procs", "files", "probe", "agent")
 
 _BOOT = """import os,sys,types,json,zlib
 v=sys.version.split()[0]

@@ -14,6 +14,8 @@ PURE = [
     "dtrain.results",
     "dtrain.render",
     "dtrain.hostprocs",
+    "dtrain.parity",
+    "dtrain.diagnosis",
 ]
 FORBIDDEN = ["paramiko", "psutil", "subprocess", "socket", "dtrain.transport", "dtrain.ssh"]
 

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Dict  # noqa: F401 - used in type comments
 
-from . import files, procs, proto
+from . import files, probe, procs, proto
 
 READ_CHUNK = 1 << 16
 HIGH_WATER = 8 << 20  # stop reading task output while this much waits for the launcher
@@ -333,6 +333,22 @@ class Agent:
         )
         self.last_heard = _monotonic()  # the grace ran inside this request: not a silence
         self.reply(dict(reply, ok=True))
+
+    def op_probe(self, request):
+        """Facts `dtrain doctor` compares across hosts (see probe.py)."""
+        self.reply(dict(probe.facts(request), ok=True))
+        self.last_heard = _monotonic()  # helper programs ran inside this request: not a silence
+
+    def op_listen(self, request):
+        self.reply(dict(probe.listen(request["address"], int(request.get("port", 0))), ok=True))
+
+    def op_unlisten(self, request):
+        self.reply({"ok": True, "open": probe.unlisten(request.get("ports"))})
+
+    def op_connect(self, request):
+        results = probe.connect_all(request["targets"], float(request.get("wait_s", 2.0)))
+        self.last_heard = _monotonic()
+        self.reply({"ok": True, "results": results})
 
     def op_sync_plan(self, request):
         try:

@@ -1,0 +1,465 @@
+"""What `dtrain doctor` asks of one host, answered by looking, each answer bounded in time.
+
+The interpreter a command would run and its installed distributions, a file's hash, the
+variables that steer ps-lite, GPUs, which firewall tool holds rules, what listens on a port, and
+TCP probes between hosts (a listener here, connects from here). It runs inside the agent, in the
+login environment tasks get, so what it finds is what a task would see. It never changes the
+host beyond the listeners it opens, which close on request, after `LISTEN_TTL_S`, or with the
+agent. Standard library only, Python >= 3.6.
+"""
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from typing import Any, Dict, List  # noqa: F401 - used in type comments
+
+from . import procs
+
+ENV_PREFIXES = ("DMLC_", "PS_")
+ENV_NAMES = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+RUN_TIMEOUT_S = 15.0  # one helper program (the interpreter listing its packages, nvidia-smi)
+TOOL_TIMEOUT_S = 3.0  # one firewall tool
+RESOLVE_TIMEOUT_S = 3.0
+PORT_RANGE = (10000, 49999)  # where ps-lite's servers and workers bind
+MAX_BIND_TRIES = 20
+MAX_TARGETS = 1024
+MAX_PARALLEL_CONNECTS = 64
+LISTEN_TTL_S = 120.0
+SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+# Runs in the interpreter under test, which may be old: no f-strings, nothing beyond json/sys.
+_LIST_DISTRIBUTIONS = r"""
+import json, sys
+found = {}
+error = None
+try:
+    from importlib import metadata
+    for dist in metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+        except Exception:
+            name = None
+        if name and name not in found:
+            found[name] = dist.version
+except ImportError:
+    try:
+        import pkg_resources
+        for dist in pkg_resources.working_set:
+            found.setdefault(dist.project_name, dist.version)
+    except Exception as exc:
+        error = "cannot list installed distributions: %s" % exc
+sys.stdout.write(json.dumps({
+    "executable": sys.executable,
+    "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
+    "prefix": sys.prefix,
+    "distributions": found,
+    "error": error,
+}))
+"""
+
+
+# ---- environment --------------------------------------------------------------------------
+
+
+def looks_like_python(program):
+    name = os.path.basename(program)
+    return name.startswith("python") or name.startswith("pypy")
+
+
+def resolve_program(program, cwd):
+    """The file `program` names, as the agent's spawn would find it (cwd, then PATH)."""
+    if "/" in program:
+        path = program if os.path.isabs(program) else os.path.join(cwd, program)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(program)
+
+
+def shebang_interpreter(path):
+    """`python3` for `#!/usr/bin/env python3`, the path for `#!/opt/py/bin/python`, else None."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+    if words and looks_like_python(words[0]):
+        return words[0]
+    return None
+
+
+def interpreter(program, cwd):
+    """The Python that `program` runs here: its path, version and installed distributions."""
+    result = {"program": program, "resolved": resolve_program(program, cwd), "interpreter": None}
+    if result["resolved"] is None:
+        result["error"] = "%s: command not found (PATH=%s)" % (program, os.environ.get("PATH", ""))
+        return result
+    chosen = program if looks_like_python(program) else shebang_interpreter(result["resolved"])
+    if chosen is None:
+        result["error"] = None  # not a Python program: nothing to compare beyond its path
+        return result
+    path = resolve_program(chosen, cwd)
+    result["interpreter"] = chosen
+    if path is None:
+        result["error"] = "%s (from the #! line of %s): command not found" % (
+            chosen,
+            result["resolved"],
+        )
+        return result
+    code, out, err = run([path, "-c", _LIST_DISTRIBUTIONS], cwd)
+    if code != 0:
+        result["error"] = "%s could not list its packages (exit %s): %s" % (
+            path,
+            code,
+            last_line(err),
+        )
+        return result
+    try:
+        result.update(json.loads(out))
+    except ValueError:
+        result["error"] = "%s printed something unexpected: %s" % (path, last_line(out))
+    return result
+
+
+def run(argv, cwd=None, timeout_s=RUN_TIMEOUT_S):
+    """(exit code or None on timeout/failure to start, stdout, stderr), never longer than asked."""
+    if cwd is not None and not os.path.isdir(cwd):
+        cwd = None
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return None, "", str(exc.strerror or exc)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        return None, "", "timed out after %gs" % timeout_s
+    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def last_line(text):
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def file_facts(directory, relative):
+    """Whether `directory` exists, and the SHA-256 of `relative` in it (None: not a file)."""
+    result = {"dir": directory, "dir_exists": os.path.isdir(directory)}
+    if relative is None:
+        return result
+    path = relative if os.path.isabs(relative) else os.path.join(directory, relative)
+    result["file"] = path
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        result["sha256"] = digest.hexdigest()
+        result["size"] = os.path.getsize(path)
+    except OSError as exc:
+        result["sha256"] = None
+        result["error"] = exc.strerror or str(exc)
+    return result
+
+
+def env_facts():
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if key.startswith(ENV_PREFIXES) or key in ENV_NAMES
+    }
+
+
+def gpu_facts():
+    """GPUs as nvidia-smi lists them, or {"present": False} where there is no nvidia-smi."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return {"present": False}
+    code, out, err = run([tool, "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if code != 0:
+        return {"present": True, "error": last_line(err or out)}
+    gpus = []
+    for line in out.splitlines():
+        if line.strip():
+            name, _, driver = line.rpartition(",")
+            gpus.append([name.strip(), driver.strip()])
+    return {"present": True, "gpus": gpus}
+
+
+def hostname_facts():
+    """This host's name and what it resolves to here, bounded (a resolver can hang)."""
+    name = socket.gethostname()
+    found = {}  # type: Dict[str, Any]
+
+    def resolve():
+        try:
+            infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+            found["addresses"] = sorted(set(info[4][0] for info in infos))
+        except OSError as exc:
+            found["error"] = str(exc.strerror or exc)
+
+    thread = threading.Thread(target=resolve)
+    thread.daemon = True
+    thread.start()
+    thread.join(RESOLVE_TIMEOUT_S)
+    if thread.is_alive():
+        found = {"error": "resolving it timed out after %gs" % RESOLVE_TIMEOUT_S}
+    return dict(found, hostname=name)
+
+
+def _find_tool(name):
+    found = shutil.which(name)
+    if found:
+        return found
+    for directory in SBIN_DIRS:
+        path = os.path.join(directory, name)
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def firewall_tools():
+    """Which firewall tool holds blocking rules here, where this user may read them."""
+    result = []
+    tool = _find_tool("nft")
+    if tool:
+        code, out, err = run([tool, "list", "ruleset"], timeout_s=TOOL_TIMEOUT_S)
+        if code == 0:
+            table, counts = None, {}  # type: Any, Dict[str, int]
+            for line in out.splitlines():
+                words = line.split()
+                if words[:1] == ["table"] and len(words) >= 3:
+                    table = "%s %s" % (words[1], words[2])
+                    counts.setdefault(table, 0)
+                elif table and (" drop" in line or " reject" in line or "policy drop" in line):
+                    counts[table] += 1
+            blocking = [
+                "table %s: %d drop/reject rule(s)" % item for item in counts.items() if item[1]
+            ]
+            result.append({"tool": "nft", "rules": blocking})
+        else:
+            result.append({"tool": "nft", "error": last_line(err)})
+    tool = _find_tool("iptables")
+    if tool:
+        code, out, err = run([tool, "-S"], timeout_s=TOOL_TIMEOUT_S)
+        if code == 0:
+            rules = [
+                line
+                for line in out.splitlines()
+                if ("-j DROP" in line or "-j REJECT" in line or line.startswith("-P INPUT DROP"))
+            ]
+            result.append({"tool": "iptables", "rules": rules[:20]})
+        else:
+            result.append({"tool": "iptables", "error": last_line(err)})
+    tool = _find_tool("ufw")
+    if tool:
+        code, out, err = run([tool, "status"], timeout_s=TOOL_TIMEOUT_S)
+        active = code == 0 and "Status: active" in out
+        result.append({"tool": "ufw", "rules": ["ufw is active"] if active else []})
+    tool = _find_tool("firewall-cmd")
+    if tool:
+        code, out, err = run([tool, "--state"], timeout_s=TOOL_TIMEOUT_S)
+        running = code == 0 and out.strip() == "running"
+        result.append({"tool": "firewalld", "rules": ["firewalld is running"] if running else []})
+    return result
+
+
+def port_holders(port):
+    """The processes (of any user, where readable) listening on TCP `port` here."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    is_listening = len(fields) > 9 and fields[3] == "0A"
+                    if is_listening and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add("socket:[%s]" % fields[9])
+        except (OSError, ValueError):
+            continue
+    holders = []  # type: List[Dict[str, Any]]
+    if not inodes:
+        return holders
+    btime = procs.boot_time()
+    for pid in procs.pids():
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if target in inodes:
+                stat = procs.read_stat(pid)
+                env = procs.read_environ(pid) or {}
+                holders.append(
+                    {
+                        "pid": pid,
+                        "start": btime + stat[5] / float(procs._TICKS) if stat else None,
+                        "cmdline": procs.read_cmdline(pid),
+                        "tags": dict((k, env[k]) for k in procs.TAG_VARS if k in env),
+                    }
+                )
+                break
+    if not holders:
+        holders.append({"pid": None, "cmdline": [], "tags": {}, "start": None})
+    return holders
+
+
+def facts(request):
+    """Everything doctor compares across hosts, for one `probe` request."""
+    cwd = request.get("workdir") or os.getcwd()
+    result = {"time": time.time()}
+    if request.get("interpreter"):
+        result["interpreter"] = interpreter(request["interpreter"], cwd)
+    if request.get("workdir"):
+        result["files"] = file_facts(request["workdir"], request.get("script"))
+    if request.get("environment", True):
+        result["env"] = env_facts()
+        result["gpu"] = gpu_facts()
+        result["hostname"] = hostname_facts()
+    if request.get("port"):
+        result["port_holders"] = port_holders(int(request["port"]))
+    if request.get("firewall_tools"):
+        result["firewall_tools"] = firewall_tools()
+    result["time"] = time.time()
+    return result
+
+
+# ---- TCP probes ---------------------------------------------------------------------------
+
+_listeners = {}  # type: Dict[int, Any]  # port -> (socket, closes at)
+
+
+def _expire(now):
+    for port, (sock, closes_at) in list(_listeners.items()):
+        if now >= closes_at:
+            sock.close()
+            del _listeners[port]
+
+
+def listen(address, port=0):
+    """Listen on address:port (port 0: a random free one in ps-lite's range) until closed.
+
+    Binding `address` itself, as ps-lite binds DMLC_NODE_HOST, also proves the address is this
+    host's. The kernel completes the connects of probes without an accept.
+    """
+    _expire(time.monotonic())
+    tries = [port] if port else [random.randint(*PORT_RANGE) for _ in range(MAX_BIND_TRIES)]
+    last = None
+    for candidate in tries:
+        sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, candidate))
+            sock.listen(min(socket.SOMAXCONN, MAX_TARGETS))
+        except OSError as exc:
+            sock.close()
+            last = exc
+            if exc.errno != errno.EADDRINUSE:
+                break
+            continue
+        _listeners[candidate] = (sock, time.monotonic() + LISTEN_TTL_S)
+        return {"address": address, "port": candidate}
+    return {
+        "address": address,
+        "port": port or None,
+        "error": describe_errno(last),
+        "errno": errno.errorcode.get(last.errno, "") if last and last.errno else "",
+    }
+
+
+def unlisten(ports=None):
+    """Close the listeners on `ports` (all when None)."""
+    for port in list(_listeners) if ports is None else ports:
+        entry = _listeners.pop(int(port), None)
+        if entry is not None:
+            entry[0].close()
+    return sorted(_listeners)
+
+
+def describe_errno(exc):
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    names = {
+        errno.ECONNREFUSED: "refused",
+        errno.EHOSTUNREACH: "no route to host",
+        errno.ENETUNREACH: "network unreachable",
+        errno.EADDRNOTAVAIL: "cannot assign requested address",
+        errno.EADDRINUSE: "address already in use",
+        errno.ETIMEDOUT: "timed out",
+        errno.EACCES: "permission denied",
+    }
+    return names.get(exc.errno, exc.strerror or str(exc))
+
+
+def connect_one(target, timeout_s):
+    started = time.monotonic()
+    result = dict(target)
+    sock = socket.socket(socket.AF_INET6 if ":" in target["address"] else socket.AF_INET)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect((target["address"], int(target["port"])))
+        result["ok"] = True
+    except OSError as exc:  # socket.timeout is one (3.6-3.9) or an alias of one
+        result["ok"] = False
+        result["error"] = describe_errno(exc)
+        code = getattr(exc, "errno", None)
+        result["errno"] = (
+            "ETIMEDOUT"
+            if isinstance(exc, socket.timeout)
+            else (errno.errorcode.get(code, "") if code else "")
+        )
+    finally:
+        sock.close()
+    result["elapsed_s"] = round(time.monotonic() - started, 4)
+    return result
+
+
+def connect_all(targets, timeout_s):
+    """Open (and close) a TCP connection to every target at once; each bounded by `timeout_s`."""
+    targets = list(targets)[:MAX_TARGETS]
+    results = [None] * len(targets)  # type: List[Any]
+    gate = threading.BoundedSemaphore(MAX_PARALLEL_CONNECTS)
+
+    def work(index):
+        with gate:
+            results[index] = connect_one(targets[index], timeout_s)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(targets))]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    rounds = len(targets) // MAX_PARALLEL_CONNECTS + 1
+    deadline = time.monotonic() + rounds * (timeout_s + 1.0)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    for index, target in enumerate(targets):
+        if results[index] is None:
+            results[index] = dict(target, ok=False, error="timed out", errno="ETIMEDOUT")
+    return results
