@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain import sync, tracker
-from dtrain.agents import AgentSession, Event, Heartbeat, request_all
+from dtrain.agents import AgentSession, Event, Heartbeat, OutputBudget, request_all
 from dtrain.errors import PreflightFailed, Problem, RemoteError
 from dtrain.hosts import Host
 from dtrain.plan import JobPlan
@@ -69,6 +69,7 @@ class Hosts:
         self._ssh: SshTransport | None = None
         self.remote_python = remote_python
         self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
+        self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}
 
     @property
@@ -119,7 +120,7 @@ class Hosts:
                     if host.is_local
                     else self.ssh.open_link(host, python=self.remote_python)
                 )
-                session = AgentSession(host, link, self.events)
+                session = AgentSession(host, link, self.events, self.budget)
             except Exception as exc:  # any failure names its host
                 with lock:
                     problems.append(Problem(f"cannot start dtrain's agent: {exc}", host=host.name))

@@ -28,6 +28,7 @@ from typing import Dict  # noqa: F401 - used in type comments
 from . import files, probe, procs, proto
 
 READ_CHUNK = 1 << 16
+COALESCE_BYTES = 1 << 18
 HIGH_WATER = 8 << 20  # stop reading task output while this much waits for the launcher
 LOW_WATER = 1 << 20
 DRAIN_S = (
@@ -437,15 +438,29 @@ class Agent:
         )
 
     def on_task_output(self, task, kind, fd):
-        try:
-            data = os.read(fd, READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
+        # Drain what the pipe holds (up to a few chunks) into one frame: writers flush 4-8 KB
+        # at a time, and a frame per flush costs the launcher a write per flush per log.
+        chunks = []
+        size = 0
+        at_end = False
+        while size < COALESCE_BYTES:
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                at_end = True
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+        if at_end and not data:
             self.close_pipe(task, fd)
             self.maybe_report(task)
+            return
+        if not data:
             return
         now = _monotonic()
         task.last_output = now
