@@ -833,6 +833,16 @@ def _process_text(proc: JobProcess) -> str:
     return f"pid {proc.pid} ({who}, age {_age(proc.age_s)}): {command}"
 
 
+def _count(processes: Sequence[JobProcess]) -> str:
+    return f"{len(processes)} job process{'es' if len(processes) != 1 else ''}"
+
+
+def _listing(processes: Sequence[JobProcess]) -> str:
+    listed = "; ".join(_process_text(p) for p in processes[:MAX_LISTED])
+    more = len(processes) - MAX_LISTED
+    return listed + (f"; and {more} more" if more > 0 else "")
+
+
 def kill_lines(processes: Sequence[JobProcess], kill_command: str) -> list[str]:
     """The `dtrain kill` lines that remove exactly these processes' jobs."""
     jobs = sorted({p.job_id for p in processes if p.job_id})
@@ -843,9 +853,10 @@ def kill_lines(processes: Sequence[JobProcess], kill_command: str) -> list[str]:
 
 
 def judge_stale(survey: Survey) -> Verdicts:
-    """Leftovers on a host FAIL; on the launching machine they WARN, because other dtrain
-    commands of this user (another launch, a test run) legitimately run there side by side,
-    and what would break this job there (holding the scheduler port) FAILs under scheduler."""
+    """Leftovers FAIL: job processes whose launcher is gone (adopted by init). Job processes
+    that something still supervises are another job running side by side: WARN, because
+    telling the user to kill them could kill a live experiment; what would break this job
+    (holding the scheduler port) FAILs under scheduler."""
     verdicts: Verdicts = {}
     for host in survey.hosts:
         if not host.is_reached or host.scan is None:
@@ -865,18 +876,26 @@ def judge_stale(survey: Survey) -> Verdicts:
                 "stale", host.name, Status.PASS, "no processes of earlier jobs"
             )
             continue
-        count = len(scan.processes)
-        listed = "; ".join(_process_text(p) for p in scan.processes[:MAX_LISTED])
-        more = f"; and {count - MAX_LISTED} more" if count > MAX_LISTED else ""
         prefix = "dtrain kill" if host.is_local else survey.kill_command
-        lines = kill_lines(scan.processes, prefix)
+        orphans = [p for p in scan.processes if p.orphaned]
+        if orphans:
+            verdicts[host.name] = CheckResult(
+                "stale",
+                host.name,
+                Status.FAIL,
+                f"{_count(orphans)} left behind by an earlier job (its launcher is gone): "
+                + _listing(orphans),
+                "stop them: " + "; ".join(kill_lines(orphans, prefix)),
+            )
+            continue
+        live = scan.processes
+        jobs = sorted({p.job_id or p.role or "?" for p in live})
         verdicts[host.name] = CheckResult(
             "stale",
             host.name,
-            Status.WARN if host.is_local else Status.FAIL,
-            f"{count} job process{'es' if count != 1 else ''} already running: {listed}{more}",
-            "stop them: "
-            + "; ".join(lines)
-            + (" (if they are not another job you are running here)" if host.is_local else ""),
+            Status.WARN,
+            f"another job is running here ({', '.join(jobs)}): {_count(live)}: " + _listing(live),
+            "it may compete for ports, memory and GPUs; if it should not run, stop it: "
+            + "; ".join(kill_lines(live, prefix)),
         )
     return _unchecked(survey, "stale", verdicts)

@@ -46,6 +46,7 @@ class JobProcess:
     task: str | None
     role: str | None
     inherited_from: int | None = None
+    orphaned: bool = False
 
     @property
     def label(self) -> str:
@@ -77,6 +78,7 @@ class JobProcess:
             task=tags.get(TASK_VAR),
             role=tags.get(ROLE_VAR),
             inherited_from=entry.get("inherited_from"),
+            orphaned=bool(entry.get("orphaned", False)),
         )
 
     def to_dict(self) -> dict[str, object]:

@@ -170,7 +170,7 @@ def test_unreachable_host_fails_ssh_and_skips_the_rest_while_others_are_checked(
     assert {r.status for r in results if r.host == "h3"} == {Status.PASS}
 
 
-def stale_process(pid: int, job: str | None) -> JobProcess:
+def stale_process(pid: int, job: str | None, orphaned: bool = True) -> JobProcess:
     return JobProcess(
         pid=pid,
         ppid=1,
@@ -186,20 +186,30 @@ def stale_process(pid: int, job: str | None) -> JobProcess:
         job_id=job,
         task="worker.0" if job else None,
         role="worker",
+        orphaned=orphaned,
     )
 
 
-def test_leftovers_fail_on_hosts_with_the_kill_line_and_warn_here() -> None:
+def test_leftovers_whose_launcher_is_gone_fail_with_the_kill_line() -> None:
     leftovers = HostScan("h2", (stale_process(42, None), stale_process(43, "job-1")))
     here = HostScan("here", (stale_process(7, "job-2"),), is_local=True)
     results = judge(survey(host("here", is_local=True, scan=here), host("h2", scan=leftovers)))
     failed = verdict(results, "stale", "h2")
     assert failed.status is Status.FAIL
+    assert "left behind by an earlier job (its launcher is gone)" in failed.detail
     assert "pid 42 (DMLC_ROLE=worker, age 1m15s): sleep 60" in failed.detail
     assert failed.hint == "stop them: dtrain kill -H hosts --job job-1; dtrain kill -H hosts"
-    warned = verdict(results, "stale", "here")
+    assert verdict(results, "stale", "here").status is Status.FAIL
+    assert "dtrain kill --job job-2" in (verdict(results, "stale", "here").hint or "")
+
+
+def test_a_job_that_is_still_supervised_is_another_running_job_and_only_warns() -> None:
+    live = HostScan("h1", (stale_process(50, "job-3", orphaned=False),))
+    results = judge(survey(host("here", is_local=True), host("h1", scan=live)))
+    warned = verdict(results, "stale", "h1")
     assert warned.status is Status.WARN
-    assert "dtrain kill --job job-2" in (warned.hint or "")
+    assert warned.detail.startswith("another job is running here (job-3): 1 job process: pid 50")
+    assert "if it should not run, stop it: dtrain kill -H hosts --job job-3" in (warned.hint or "")
 
 
 def test_loopback_address_fails_when_the_job_spans_machines() -> None:

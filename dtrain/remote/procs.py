@@ -218,7 +218,9 @@ def describe(table, selected):
     """Selected processes as dicts with their command lines, for ps/kill/doctor reports.
 
     A descendant that carries no tag of its own (its environment was replaced) gets the tags
-    of its nearest tagged ancestor, and `inherited_from` names that ancestor.
+    of its nearest tagged ancestor, and `inherited_from` names that ancestor. `orphaned` says
+    the process's tree has lost whatever started it (its topmost job process was adopted by
+    init): a leftover, as opposed to a job whose launcher or agent still runs.
     """
     chosen = set(selected)
     result = []
@@ -237,6 +239,12 @@ def describe(table, selected):
         if owner is not proc and owner.tags:
             entry["tags"] = dict(owner.tags)
             entry["inherited_from"] = owner.pid
+        root = proc
+        seen = set()
+        while root.ppid in chosen and root.ppid not in seen:
+            seen.add(root.ppid)
+            root = table[root.ppid]
+        entry["orphaned"] = root.ppid <= 1
         result.append(entry)
     return result
 

@@ -443,3 +443,26 @@ def test_sync_failure_on_one_host_aborts_before_anything_starts(
     assert "--sync-dst-dir failed on 1 host(s); nothing was started" in result.stderr
     assert "h2: sync to /srv/job failed" in result.stderr
     assert "never" not in result.stdout
+
+
+def test_a_second_job_beside_a_running_one_is_warned_about_not_refused(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    first = start(
+        cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"], first_dir
+    )
+    try:
+        first_job = wait_running(first_dir, 4)  # the scheduler and three workers
+        second = run(
+            cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=exit:0"], second_dir
+        )
+        assert second.returncode == 0, second.stderr
+        assert f"another job is running here ({first_job})" in second.stderr
+        assert len(all_tasks(first_job)) == 4  # untouched
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=30)
+    assert_nothing_left(cluster, first_job)
