@@ -16,17 +16,20 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import click
 
-from dtrain import __version__, checks, cleanup, hostprocs, render, tracker
+from dtrain import __version__, render, tracker
 from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
 from dtrain.hosts import Host, local_host, parse_hosts
 from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
 from dtrain.plan import Framework, JobPlan, Role, TaskSpec
 from dtrain.sync import DEFAULT_EXCLUDES
 from dtrain.transport import SshOptions, local_hostname
+
+if TYPE_CHECKING:
+    from dtrain import hostprocs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -503,6 +506,8 @@ def ps_command(
       dtrain ps -H hosts --job 20261122-143005-3fa2 --json
     """
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    from dtrain import cleanup, hostprocs  # only ps/kill/doctor need them: launch starts faster
+
     scans = list(cleanup.scan(read_hosts(hostfile), ssh, job, remote_python=remote_python).values())
     outcome = hostprocs.scan_outcome(scans)
     finish_sweep("ps", as_json, outcome, render.ps_text(scans), render.ps_data(scans, job))
@@ -548,6 +553,8 @@ def kill_command(
       dtrain kill -H hosts --job 20261122-143005-3fa2
       dtrain kill --dry-run
     """
+    from dtrain import cleanup, hostprocs
+
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     kills = list(
         cleanup.kill(
@@ -620,6 +627,8 @@ def doctor(
       dtrain doctor -H hosts -- python train.py --kv-store dist_sync
       dtrain doctor -H hosts --port 9091 --sync-dst-dir /data/job --json -- python train.py
     """
+    from dtrain import checks
+
     request = checks.DoctorRequest(
         hosts=read_hosts(hostfile),
         command=command,
