@@ -466,3 +466,76 @@ def test_a_second_job_beside_a_running_one_is_warned_about_not_refused(
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
     assert_nothing_left(cluster, first_job)
+
+
+def test_proxyjump_hosts_are_reached_through_the_jump_host(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host h3\n  ProxyJump h1\n\n" + cluster.ssh_config.read_text())
+    hosts = cluster.hosts_file(names=["h2", "h3"])
+    result = subprocess.run(
+        dtrain_argv(
+            "launch",
+            "-H",
+            str(hosts),
+            "--ssh-config",
+            str(config),
+            "-n",
+            "2",
+            "-s",
+            "0",
+            "--",
+            PYTHON,
+            BY_TASK,
+            "*=exit:0",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Accepted publickey for root from 198.18.0.11" in cluster.sshd_log("h3")
+    plan = json.loads((latest_job(tmp_path) / "job.json").read_text())["plan"]
+    worker = next(t for t in plan["tasks"] if t["name"] == "worker.1")
+    assert worker["env"]["DMLC_NODE_HOST"] == "198.18.0.13"  # the address, not the alias
+
+
+def test_a_passphrase_protected_key_fails_at_once_with_what_to_do(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    key = tmp_path / "locked_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret phrase", "-f", str(key)], check=True
+    )
+    config = tmp_path / "ssh_config"
+    text = cluster.ssh_config.read_text().replace(str(cluster.key), str(key))
+    config.write_text(text)
+    started = time.monotonic()
+    result = subprocess.run(
+        dtrain_argv(
+            "launch",
+            "-H",
+            str(cluster.hosts_file(names=["h1"])),
+            "--ssh-config",
+            str(config),
+            "-n",
+            "1",
+            "-s",
+            "0",
+            "--",
+            PYTHON,
+            BY_TASK,
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 3
+    assert time.monotonic() - started < 10
+    assert "protected by a passphrase and dtrain never prompts" in result.stderr
+    assert "ssh-add" in result.stderr
