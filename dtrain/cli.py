@@ -146,23 +146,35 @@ def new_job_id() -> str:
 
 
 class TerminalConsole:
-    """Task output with `[task@host]` prefixes; progress notes on stderr."""
+    """Task output with `[task@host]` prefixes; progress notes on stderr.
+
+    A reader that goes away (`dtrain launch ... | head`) silences that stream, not the job:
+    the logs still get everything.
+    """
 
     def __init__(self, stdout: BinaryIO, stderr: BinaryIO) -> None:
         self.stdout = stdout
         self.stderr = stderr
+        self.closed: set[int] = set()
         self.prefixers: dict[tuple[str, bool], render.LinePrefixer] = {}
+
+    def _write(self, out: BinaryIO, data: bytes) -> None:
+        if id(out) in self.closed:
+            return
+        try:
+            out.write(data)
+            out.flush()
+        except (BrokenPipeError, ValueError):  # ValueError: the stream was closed under us
+            self.closed.add(id(out))
 
     def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
         key = (task.label, is_stderr)
         prefixer = self.prefixers.get(key)
         if prefixer is None:
             prefixer = self.prefixers[key] = render.LinePrefixer(f"[{task.label}] ".encode())
-        out = self.stderr if is_stderr else self.stdout
         text = prefixer.feed(data)
         if text:
-            out.write(text)
-            out.flush()
+            self._write(self.stderr if is_stderr else self.stdout, text)
 
     def task_closed(self, task: TaskSpec) -> None:
         for is_stderr in (False, True):
@@ -170,13 +182,10 @@ class TerminalConsole:
             if prefixer is not None:
                 rest = prefixer.flush()
                 if rest:
-                    out = self.stderr if is_stderr else self.stdout
-                    out.write(rest)
-                    out.flush()
+                    self._write(self.stderr if is_stderr else self.stdout, rest)
 
     def note(self, message: str) -> None:
-        self.stderr.write(f"dtrain: {message}\n".encode())
-        self.stderr.flush()
+        self._write(self.stderr, f"dtrain: {message}\n".encode())
 
 
 def emit_json(document: dict[str, Any]) -> None:
@@ -402,7 +411,8 @@ def launch(
             place = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({names})"
         else:
             place = f"this machine ({hosts[0].name})"
-        console.note(f"job {plan.job_id}: {len(plan.tasks)} tasks on {place}; logs in {where}/")
+        count = f"{len(plan.tasks)} task{'s' if len(plan.tasks) != 1 else ''}"
+        console.note(f"job {plan.job_id}: {count} on {place}; logs in {where}/")
         for message in plan.notes:
             console.note(message)
 

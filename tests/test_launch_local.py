@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from dtrain.remote import procs
 from tests.conftest import (
     PYTHON,
+    dtrain_argv,
     job_pids,
     program,
     run_dtrain,
@@ -459,3 +462,33 @@ def test_environment_of_the_launching_shell_reaches_local_tasks(workdir: Path) -
     line = next(x for x in result.stdout.splitlines() if x.startswith("[worker.0]"))
     document = json.loads(line.split("] ", 1)[1])
     assert document["env"] == {"PS_VERBOSE": "1", "MY_SETTING": "kept", "DMLC_ROLE": "worker"}
+
+
+def test_a_reader_that_goes_away_silences_output_but_not_the_job(workdir: Path) -> None:
+    command = " ".join(
+        shlex.quote(arg)
+        for arg in dtrain_argv(
+            "launch",
+            "-n",
+            "1",
+            "-s",
+            "0",
+            "--framework",
+            "torch",
+            "--",
+            PYTHON,
+            program("write_lots.py"),
+            "5",
+        )
+    )
+    result = subprocess.run(
+        ["bash", "-c", f"{command} | head -1; exit ${{PIPESTATUS[0]}}"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("[worker.0] 00000000 ")
+    lines = (log_dir_of(workdir) / "worker.0.log").read_text().splitlines()
+    assert len(lines) == int(5 * 1024 * 1024 / 100)  # the log has everything
