@@ -311,17 +311,23 @@ class Launch:
     def run(self) -> JobResult:
         tracker.place(self.request)  # bad requests fail before any connection
         hosts = Hosts(self.options.ssh, self.options.remote_python)
+        phase = _PhaseClock()
         try:
             planned_hosts = _hosts_of(self.request)
             sessions = hosts.open(planned_hosts)
+            phase("connected and agents started")
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
                 facts = gather_facts(self.request, self.job_id, sessions, self.options)
                 self.plan = tracker.plan_job(self.request, facts)
+                phase("facts gathered and plan made")
                 if self.options.preflight:
                     self._preflight(sessions)
+                    phase("preflight")
                 if self.plan.sync_dst is not None:
                     self._sync(sessions, self.plan.sync_dst)
+                    phase("sync")
                 self._hand_out_tasks(sessions)
+                phase("tasks checked on every host")
                 self.log_dir = prepare_log_dir(self.options.log_root, self.plan)
                 write_job_file(self.log_dir, self.plan, None)
                 if self.on_planned is not None:
@@ -347,6 +353,7 @@ class Launch:
                         "starting the tasks",
                         outcome="the tasks that did start were stopped",
                     )
+                    phase("tasks started")
                     result = supervisor.run()
                 write_job_file(self.log_dir, self.plan, result)
                 return result
@@ -424,6 +431,18 @@ class Launch:
             grace_s=self.options.grace_s,
             traceback_timeout_s=self.options.traceback_timeout_s,
         )
+
+
+class _PhaseClock:
+    """Logs how long each step of a launch took (`dtrain --debug launch`)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        now = time.monotonic()
+        logger.debug("%s in %.3fs", what, now - self.last)
+        self.last = now
 
 
 def _hosts_of(request: tracker.JobRequest) -> list[Host]:

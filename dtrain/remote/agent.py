@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict  # noqa: F401 - used in type comments
+from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 from . import files, probe, procs, proto
 
@@ -49,14 +49,24 @@ def _set_nonblocking(fd):
     fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
 
 
+_PRCTL = []  # type: List[Any]  # resolved once in the agent; each fork only calls it
+
+
+def _resolve_prctl():
+    if not _PRCTL:
+        try:
+            import ctypes
+
+            _PRCTL.append(ctypes.CDLL(None).prctl)
+        except Exception:
+            _PRCTL.append(None)
+
+
 def _parent_death_signal():
     """Runs in the task's child before exec: die if the agent dies, whatever kills it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+    if _PRCTL and _PRCTL[0] is not None:
+        with contextlib.suppress(Exception):
+            _PRCTL[0](1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class TracebackWatch:
@@ -101,6 +111,7 @@ class Task:
         self.cwd = spec["cwd"]
         self.proc = None
         self.pgid = None
+        self.start_ticks = 0  # when it started, in clock ticks since boot
         self.files = {}  # fd -> (file object, frame kind)
         self.code = None
         self.signal = None
@@ -385,6 +396,7 @@ class Agent:
     # ---- tasks -----------------------------------------------------------------------------
 
     def spawn(self, task):
+        _resolve_prctl()
         env = dict(os.environ)
         env.update(task.env)
         try:
@@ -422,6 +434,8 @@ class Agent:
             )
             return
         task.pgid = task.proc.pid
+        stat = procs.read_stat(task.proc.pid)
+        task.start_ticks = stat[5] if stat else 0
         for stream, kind in ((task.proc.stdout, proto.STDOUT), (task.proc.stderr, proto.STDERR)):
             fd = stream.fileno()
             _set_nonblocking(fd)
@@ -544,7 +558,7 @@ class Agent:
                 pass
         if self.job_id is not None and tasks:
             names = {task.name: task for task in tasks}
-            table = procs.snapshot()
+            table = procs.snapshot(since_ticks=min(task.start_ticks for task in tasks))
             mine = procs.ancestors(os.getpid(), table)
             for pid in procs.select_job_processes(table, job=self.job_id, exclude=mine):
                 owner = names.get(table[pid].tags.get(procs.TASK_VAR))

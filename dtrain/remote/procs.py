@@ -139,8 +139,13 @@ def pids():
     return [int(name) for name in names if name.isdigit()]
 
 
-def snapshot(uid=None, with_tags=True):
-    """Every process of `uid` (default: ours), keyed by pid."""
+def snapshot(uid=None, with_tags=True, since_ticks=None):
+    """Every process of `uid` (default: ours), keyed by pid.
+
+    With `since_ticks`, only the tags of processes started at or after that moment (in clock
+    ticks since boot) are read: a task's strays cannot be older than the task, and reading
+    every environment on a busy host costs tens of milliseconds.
+    """
     if uid is None:
         uid = os.getuid()
     btime = boot_time()
@@ -156,7 +161,7 @@ def snapshot(uid=None, with_tags=True):
         if stat is None:
             continue
         tags = {}
-        if with_tags:
+        if with_tags and (since_ticks is None or stat[5] >= since_ticks):
             env = read_environ(pid) or {}
             tags = {key: env[key] for key in TAG_VARS if key in env}
         proc = Proc(pid, owner, stat, btime + stat[5] / float(_TICKS), tags)
