@@ -182,7 +182,7 @@ class AgentSession:
                 f"`dtrain doctor` checks every host",
             ) from None
         if reply is None:
-            raise self.broken(f"the agent on {self.host.name} exited during {op}")
+            raise self.broken(f"dtrain's agent exited during {op}")
         if "error" in reply:
             raise RemoteError(reply["error"], hint=reply.get("hint"), host=self.host.name)
         return reply
@@ -191,8 +191,11 @@ class AgentSession:
         stderr = self.link.stderr_text().strip()
         detail = f": {stderr.splitlines()[-1]}" if stderr else ""
         hint = None
-        if "not found" in stderr or "No such file" in stderr:
-            hint = f"dtrain's agent needs python3 (>= 3.6) on the login PATH of {self.host.name}"
+        if "no python3" in stderr or "not found" in stderr or "No such file" in stderr:
+            hint = (
+                f"dtrain's agent needs a python3 (>= 3.6, standard library only) on "
+                f"{self.host.name}: install one, or name it with --remote-python PATH"
+            )
         return RemoteError(f"{what}{detail}", hint=hint, host=self.host.name)
 
     def ping(self) -> None:

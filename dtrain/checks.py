@@ -115,7 +115,7 @@ def advertised_address(
 def run_doctor(
     request: DoctorRequest,
     ssh: SshOptions,
-    remote_python: str = "python3",
+    remote_python: str = "auto",
     checks: Sequence[str] = CHECKS,
 ) -> DoctorReport:
     """Every check on every host (and this machine), in parallel; never raises for a host."""

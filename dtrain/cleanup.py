@@ -48,7 +48,7 @@ def this_machine() -> tuple[Host, ...]:
 
 @contextlib.contextmanager
 def open_agents(
-    hosts: Sequence[Host], ssh_options: SshOptions, remote_python: str = "python3"
+    hosts: Sequence[Host], ssh_options: SshOptions, remote_python: str = "auto"
 ) -> Iterator[tuple[dict[str, AgentSession], dict[str, Problem]]]:
     """Agents on every host that can be reached (in parallel), and the problems of the others."""
     opened = Hosts(ssh_options, remote_python)
@@ -64,7 +64,7 @@ def scan(
     job: str | None = None,
     *,
     include_dmlc: bool = True,
-    remote_python: str = "python3",
+    remote_python: str = "auto",
 ) -> dict[str, HostScan]:
     """The job processes on each host (no hosts: this machine), by host name, in host order.
 
@@ -95,7 +95,7 @@ def kill(
     grace_s: float = 5.0,
     dry_run: bool = False,
     include_dmlc: bool = True,
-    remote_python: str = "python3",
+    remote_python: str = "auto",
 ) -> dict[str, HostKill]:
     """Stop the job processes on every host in parallel (no hosts: this machine).
 

@@ -47,6 +47,17 @@ class JsonFailure(Exception):
 # ---- shared option bundles ----------------------------------------------------------------
 
 
+def remote_python_option(func: F) -> F:
+    return click.option(
+        "--remote-python",
+        default="auto",
+        show_default=True,
+        help="The python that runs dtrain's small agent on each host (standard library only, "
+        ">= 3.6; auto tries /usr/bin/python3, /usr/local/bin/python3, then python3 on the "
+        "login PATH). Your command still runs with the login environment's own python.",
+    )(func)
+
+
 def hosts_option(func: F) -> F:
     return click.option(
         "-H",
@@ -300,7 +311,7 @@ ROLE_ENV_FLAGS = {
     metavar="PATTERN",
     help="Leave matching names out of --sync-dst-dir (besides .git, __pycache__, *.pyc).",
 )
-@click.option("--remote-python", default="python3", show_default=True, help="Runs dtrain's agent.")
+@remote_python_option
 @ssh_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option(
@@ -462,12 +473,6 @@ def job_option(func: F) -> F:
     )(func)
 
 
-def remote_python_option(func: F) -> F:
-    return click.option(
-        "--remote-python", default="python3", show_default=True, help="Runs dtrain's agent."
-    )(func)
-
-
 def finish_sweep(
     command: str, as_json: bool, outcome: hostprocs.Outcome, text: str, data: object
 ) -> None:
@@ -605,7 +610,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
 @click.option("--host-ip", help="The scheduler's address as every host reaches it.")
 @click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")
-@click.option("--remote-python", default="python3", show_default=True, help="Runs dtrain's agent.")
+@remote_python_option
 @ssh_options
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

@@ -55,7 +55,7 @@ class LaunchOptions:
     lease_s: float = 15.0
     traceback_timeout_s: float = 10.0
     ssh: SshOptions = field(default_factory=SshOptions)
-    remote_python: str = "python3"
+    remote_python: str = "auto"
     sync_excludes: tuple[str, ...] = sync.DEFAULT_EXCLUDES
     preflight: bool = True
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
@@ -64,7 +64,7 @@ class LaunchOptions:
 class Hosts:
     """Open agent sessions to a set of hosts, and close them all, whatever happens."""
 
-    def __init__(self, options: SshOptions, remote_python: str = "python3") -> None:
+    def __init__(self, options: SshOptions, remote_python: str = "auto") -> None:
         self.ssh_options = options
         self._ssh: SshTransport | None = None
         self.remote_python = remote_python
@@ -164,7 +164,7 @@ def run_on_all(
     replies = request_all(sessions.values(), op, timeout_s, fields_for=fields_for, **fields)
     problems = [
         Problem(reply.what, host=name, hint=reply.hint)
-        for name, reply in replies.items()
+        for name, reply in sorted(replies.items())
         if isinstance(reply, RemoteError)
     ]
     if problems:

@@ -539,3 +539,27 @@ def test_a_passphrase_protected_key_fails_at_once_with_what_to_do(
     assert time.monotonic() - started < 10
     assert "protected by a passphrase and dtrain never prompts" in result.stderr
     assert "ssh-add" in result.stderr
+
+
+def test_a_host_without_a_usable_python_for_the_agent_is_named(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    result = run(
+        cluster,
+        [
+            "launch",
+            "-n",
+            "3",
+            "-s",
+            "0",
+            "--remote-python",
+            "/nonexistent/python3",
+            "--",
+            PYTHON,
+            BY_TASK,
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 3, result.stderr
+    assert "no python3 >= 3.6 for the agent on h1 (tried /nonexistent/python3)" in result.stderr
+    assert "--remote-python PATH" in result.stderr
