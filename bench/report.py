@@ -1,0 +1,1483 @@
+# ruff: noqa: RUF001 - the report is typeset: multiplication signs for ratios, en dashes
+"""records.jsonl + meta.json -> docs/benchmarks.md and docs/benchmarks.png.
+
+Pure formatting of what one run measured: every table is computed from the records, every
+figure is shown with its ratio to pdsh (or to raw ssh for throughput) from the same run, and
+each goal is judged from the numbers, not written in by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import model
+from bench.launchers import LABELS
+
+Record = Mapping[str, Any]
+PEERS = ("pdsh", "ssh", "tracker")
+ORDER = ("dtrain", *PEERS)
+MODE_TEXT = {
+    "as-is": "remote `~/.bashrc` as-is (pyenv init)",
+    "blank": "remote `~/.bashrc` blanked",
+}
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+
+def load(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    records = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+    meta_path = folder / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    return records, meta
+
+
+def select(records: Iterable[Record], **want: Any) -> list[Record]:
+    return [r for r in records if all(r.get(k) == v for k, v in want.items())]
+
+
+def values(records: Iterable[Record], key: str) -> list[float]:
+    return [float(r[key]) for r in records if isinstance(r.get(key), (int, float))]
+
+
+def med(records: Iterable[Record], key: str) -> float | None:
+    found = values(records, key)
+    return statistics.median(found) if found else None
+
+
+# ---- formatting ------------------------------------------------------------------------------
+
+
+def secs(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 0.01:
+        return f"{value * 1000:.1f} ms"
+    if value < 0.1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.2f} s"
+
+
+def ratio(value: float | None, ref: float | None) -> str:
+    if value is None or ref is None or ref <= 0:
+        return ""
+    return f" (×{value / ref:.2f})"
+
+
+def cell(value: float | None, ref: float | None, unit: Callable[[float | None], str] = secs) -> str:
+    return unit(value) + ratio(value, ref)
+
+
+def mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f} MB"
+
+
+def cpu(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def exit_text(code: Any) -> str:
+    if code is None:
+        return "–"
+    if isinstance(code, int) and code < 0:
+        return f"killed (signal {-code})"
+    return str(code)
+
+
+def mode_of(items: Sequence[Any]) -> Any:
+    return statistics.mode(items) if items else None
+
+
+# ---- the document ----------------------------------------------------------------------------
+
+
+class Report:
+    def __init__(self, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        self.records = records
+        self.meta = meta
+        settings = meta.get("settings", {})
+        self.host_counts: list[int] = sorted({r["hosts"] for r in self.trivial()})
+        self.per_host: list[int] = sorted({r["per_host"] for r in self.trivial()})
+        self.modes = [m for m in ("as-is", "blank") if select(records, bashrc=m)]
+        self.bound_s = settings.get("teardown_bound_s", 5.0)
+        self.window_s = settings.get("orphan_window_s", 5.0)
+        self.head = (max(self.host_counts, default=1), max(self.per_host, default=1))
+
+    def trivial(self, **want: Any) -> list[Record]:
+        return [r for r in select(self.records, scenario="trivial", **want) if r.get("ok")]
+
+    def launch(self, launcher: str, mode: str, hosts: int, per_host: int, key: str) -> float | None:
+        found = self.trivial(launcher=launcher, bashrc=mode, hosts=hosts, per_host=per_host)
+        return med(found, key)
+
+    # ---- sections ---------------------------------------------------------------------------
+
+    def render(self) -> str:
+        out: list[str] = []
+        out += self.intro()
+        out += self.headline()
+        out += self.goals()
+        out += self.analysis()
+        out += ["![launch latency and teardown against host count](benchmarks.png)", ""]
+        out += self.launch_tables()
+        out += self.job_tables()
+        out += self.teardown_tables()
+        out += self.orphan_tables()
+        out += self.log_tables()
+        out += self.resource_tables()
+        out += self.doctor_section()
+        out += self.bashrc_section()
+        out += self.where_time_goes()
+        out += self.extra_figures()
+        out += self.scale_section()
+        out += self.method()
+        return "\n".join(out).rstrip() + "\n"
+
+    def intro(self) -> list[str]:
+        m = self.meta.get("machine", {})
+        s = self.meta.get("settings", {})
+        load_start, load_end = self.meta.get("load_start", []), self.meta.get("load_end", [])
+        cores = m.get("cores") or 1
+        busy = max([*load_start, *load_end, 0.0]) > 0.5 * cores
+        busy_text = (
+            " The machine was shared and busy (other test runs): absolute times are noisy; the "
+            "ratios come from runs interleaved on the same hosts in the same minutes."
+            if busy
+            else ""
+        )
+        runtime = self.meta.get("runtime_s")
+        kind = "`--quick`" if self.meta.get("quick") else "full"
+        return [
+            "# Benchmarks: dtrain against pdsh, one ssh per task, and the dmlc tracker",
+            "",
+            f"One {kind} run of `python -m bench`"
+            + (f" ({runtime / 60:.1f} min)" if runtime else "")
+            + ". Every launcher started the same tiny task on the same namespaced sshd hosts "
+            "(tests/cluster/netcluster.py), in the same run, interleaved: the launcher order "
+            "rotates with every repetition. Times are medians of "
+            f"{s.get('reps', '?')} repetitions (teardown {s.get('teardown_reps', '?')}, log "
+            f"{s.get('log_reps', '?')}); a figure in parentheses is its ratio to pdsh from "
+            "the same run (to raw `ssh host cmd >file` for log throughput).",
+            "",
+            f"**Machine:** {m.get('cpu', '?')}, {cores} cores, {m.get('memory_gb', '?')} GB, "
+            f"{m.get('os', '?')}, kernel {m.get('kernel', '?')}; load average "
+            f"{'/'.join(map(str, load_start))} at the start and {'/'.join(map(str, load_end))} "
+            f"at the end.{busy_text}",
+            "",
+            f"**Versions:** dtrain {m.get('dtrain', '?')}, paramiko {m.get('paramiko', '?')}, "
+            f"{m.get('openssh', '?')}, {m.get('pdsh', '?')}, dmlc tracker from the mxnet "
+            f"{m.get('mxnet', '?')} wheel (run unmodified; `Thread.isAlive` aliased at run "
+            f"time), launcher Python {m.get('python', '?')}, task Python "
+            f"{m.get('task_python', '?')}; open-file limit {m.get('ulimit_nofile', '?')}.",
+            "",
+            "## Reproduce",
+            "",
+            "```sh",
+            "sudo apt-get install -y openssh-server openssh-client iproute2 nftables pdsh",
+            ".venv/bin/pip install -e '.[dev,bench]' 'mxnet==1.9.1' 'numpy<1.24' py-spy",
+            "sudo .venv/bin/python -m bench            # the full run (this page), minutes",
+            "sudo .venv/bin/python -m bench --quick    # a smoke run of about a minute",
+            ".venv/bin/python -m bench --report bench/results/<stamp>  # rewrite from records",
+            "```",
+            "",
+            "It needs root (it builds the sshd cluster in network namespaces on "
+            "198.18.0.0/24 and tears it down), writes its raw records to "
+            "`bench/results/<stamp>/`, and this page plus `docs/benchmarks.png`. "
+            "`numpy<1.24` keeps MXNet 1.9.1 importable (matplotlib ≥ 3.10 would pull "
+            "numpy ≥ 1.25).",
+            "",
+        ]
+
+    def headline(self) -> list[str]:
+        h, k = self.head
+        rows = []
+
+        def row(name: str, get: Callable[[str], float | None], unit: Any = secs) -> None:
+            ref = get("pdsh")
+            rows.append([name, *(cell(get(x), ref, unit) for x in ORDER)])
+
+        def launch_in(mode: str) -> Callable[[str], float | None]:
+            return lambda x: self.launch(x, mode, h, k, "launch_s")
+
+        for mode in self.modes:
+            row(f"launch: start → all {h * k} tasks running, bashrc {mode}", launch_in(mode))
+        mode = self.modes[0] if self.modes else "as-is"
+        row(
+            f"trivial job end to end, bashrc {mode}",
+            lambda x: self.launch(x, mode, h, k, "e2e_s"),
+        )
+        teardown = []
+        for x in ORDER:
+            found = select(self.records, scenario="teardown", launcher=x, hosts=h, per_host=k)
+            teardown.append(self.teardown_text(found))
+        rows.append(["one task exits 7, others sleep: time until the rest are gone", *teardown])
+        codes = []
+        for x in ORDER:
+            found = select(self.records, scenario="teardown", launcher=x, hosts=h, per_host=k)
+            codes.append(self.exit_codes(found))
+        rows.append(["launcher exit code when one task exits 7", *codes])
+        for scenario, text in (("sigint", "Ctrl-C"), ("sigkill", "SIGKILL")):
+            cells = []
+            for x in ORDER:
+                found = select(self.records, scenario=scenario, launcher=x, group="all")
+                cells.append(self.orphan_text(found))
+            rows.append([f"tasks alive {self.window_s:g} s after {text} to the launcher", *cells])
+        lh, lk = max(
+            {(r["hosts"], r["per_host"]) for r in select(self.records, scenario="log")},
+            default=(h, k),
+        )
+        rows.append([f"log throughput, {lh}×{lk} tasks (× raw ssh)", *self.log_cells(mode, lh, lk)])
+        row(f"launcher CPU time ({mode})", lambda x: self.launch(x, mode, h, k, "cpu_s"), cpu)
+        row(f"launcher peak RSS ({mode})", lambda x: self.launch(x, mode, h, k, "rss_mb"), mb)
+        row(
+            f"CPU on the hosts ({mode})",
+            lambda x: self.launch(x, mode, h, k, "remote_cpu_s"),
+            cpu,
+        )
+        return [
+            f"## Headline: {h} hosts × {k} tasks",
+            "",
+            *table([f"{h} hosts × {k} tasks", *(LABELS[x] for x in ORDER)], rows),
+            "Launcher CPU is wait4()'s figure for the launcher and every child it reaped "
+            "(pdsh's and the tracker's ssh clients count for them; the dmlc tracker's remote "
+            "ssh clients are orphaned when it exits, so part of its cost escapes); peak RSS is "
+            "the launcher process's own (VmHWM). "
+            "The dmlc tracker also runs its scheduler here, which is not counted as a task.",
+            "",
+        ]
+
+    def teardown_text(self, found: Sequence[Record]) -> str:
+        if not found:
+            return "–"
+        times = [r.get("teardown_s") for r in found if "teardown_s" in r]
+        if not times:
+            return "–"
+        if any(t is None for t in times):
+            bound = max(r.get("teardown_bound_s", self.bound_s) for r in found)
+            return f"never (> {bound:g} s)"
+        return secs(statistics.median([float(t) for t in times if t is not None]))
+
+    def exit_codes(self, found: Sequence[Record]) -> str:
+        codes = [r.get("exit_code") for r in found if "exit_code" in r]
+        if not codes:
+            return "–"
+        code = mode_of(codes)
+        stopped = any(r.get("exit_after_harness_stop") for r in found)
+        return exit_text(code) + (" (only once the rest end)" if stopped else "")
+
+    def orphan_text(self, found: Sequence[Record]) -> str:
+        if not found:
+            return "–"
+        r = found[0]
+        text = f"{r.get('orphans', '?')}/{r.get('tasks', '?')}"
+        if r.get("local_orphans"):
+            text += " + scheduler"
+        return text
+
+    def stream_rate(self, mode: str, hosts: int, per_host: int, launcher: str) -> float | None:
+        """MB/s the tasks' output reached the launcher's stdout: bytes the tasks wrote over the
+        time from the first task's start to the end (launch latency left out)."""
+        found = select(self.records, scenario="log", bashrc=mode, hosts=hosts, per_host=per_host)
+        rates = [
+            r["bytes_written"] / (r["e2e_s"] - r["first_task_s"]) / 1e6
+            for r in select(found, launcher=launcher)
+            if r.get("ok") and r.get("first_task_s") is not None and r["e2e_s"] > r["first_task_s"]
+        ]
+        return statistics.median(rates) if rates else None
+
+    def log_cells(self, mode: str, hosts: int, per_host: int) -> list[str]:
+        raw = self.stream_rate(mode, hosts, per_host, "ssh")
+        cells = []
+        for x in ORDER:
+            rate = self.stream_rate(mode, hosts, per_host, x)
+            if rate is None:
+                cells.append("–")
+                continue
+            rel = f" (×{rate / raw:.2f})" if raw else ""
+            cells.append(f"{rate:.0f} MB/s{rel}")
+        return cells
+
+    # ---- goals ------------------------------------------------------------------------------
+
+    def goals(self) -> list[str]:
+        h, k = self.head
+        rows = []
+        for mode in self.modes:
+            d = self.launch("dtrain", mode, h, k, "launch_s")
+            p = self.launch("pdsh", mode, h, k, "launch_s")
+            s = self.launch("ssh", mode, h, k, "launch_s")
+            if d and p:
+                rows.append(
+                    self.goal(
+                        f"launch {h}×{k} ≤ pdsh ({mode})",
+                        "≤ ×1.00",
+                        f"×{d / p:.2f} ({secs(d)} vs {secs(p)})",
+                        d <= p,
+                    )
+                )
+            if d and s:
+                rows.append(
+                    self.goal(
+                        f"launch {h}×{k} ≤ 0.5× ssh per task ({mode})",
+                        "≤ ×0.50",
+                        f"×{d / s:.2f} ({secs(d)} vs {secs(s)})",
+                        d <= 0.5 * s,
+                    )
+                )
+        at_max = [
+            r
+            for r in select(self.records, scenario="teardown", launcher="dtrain", hosts=h)
+            if "teardown_s" in r
+        ]
+        if at_max:
+            teardowns = [r["teardown_s"] for r in at_max]
+            never = any(t is None for t in teardowns)
+            top = None if never else max(teardowns)
+            rows.append(
+                self.goal(
+                    f"teardown after a failure at {h} hosts",
+                    "≤ 1 s",
+                    "never" if never else f"max {secs(top)} over {len(teardowns)} runs",
+                    not never and top is not None and top <= 1.0,
+                )
+            )
+        for scenario, text in (("sigint", "SIGINT"), ("sigkill", "SIGKILL")):
+            found = select(self.records, scenario=scenario, launcher="dtrain")
+            if found:
+                orphans = sum(int(r.get("orphans", 0) or 0) for r in found)
+                rows.append(
+                    self.goal(
+                        f"orphans after {text}",
+                        "0",
+                        f"{orphans} in {len(found)} runs",
+                        orphans == 0,
+                    )
+                )
+        ratios = []  # dtrain's throughput against raw ssh, every log config and mode
+        for mode in self.modes:
+            configs = {(r["hosts"], r["per_host"]) for r in select(self.records, scenario="log")}
+            for lh, lk in sorted(configs):
+                d = self.stream_rate(mode, lh, lk, "dtrain")
+                s = self.stream_rate(mode, lh, lk, "ssh")
+                if d and s:
+                    ratios.append((d / s, f"{lh}×{lk}, {mode}"))
+        if ratios:
+            worst, where = min(ratios)
+            best, _ = max(ratios)
+            rows.append(
+                self.goal(
+                    "log throughput against raw ssh (streaming, every size)",
+                    "≥ ×0.80",
+                    f"×{worst:.2f} to ×{best:.2f} (lowest: {where})",
+                    worst >= 0.8,
+                )
+            )
+        rss = [
+            v
+            for m in self.modes
+            for v in values(
+                self.trivial(launcher="dtrain", bashrc=m, hosts=h, per_host=k), "rss_mb"
+            )
+        ]
+        if rss and h * k >= 32:
+            rows.append(
+                self.goal(
+                    f"launcher peak RSS at {h * k} tasks",
+                    "< 100 MB",
+                    f"max {max(rss):.0f} MB",
+                    max(rss) < 100,
+                )
+            )
+        return [
+            "## Goals",
+            "",
+            "Benchmark goals the numbers are held against (not pass/fail tests).",
+            "",
+            *table(["goal", "target", "measured", "met"], rows),
+        ]
+
+    def analysis(self) -> list[str]:
+        """Where dtrain misses a goal: the evidence from this run and the change it points to."""
+        h, k = self.head
+        out = ["## Where dtrain misses, why, and what to change", ""]
+        for mode in self.modes:
+            d = self.launch("dtrain", mode, h, k, "launch_s")
+            p = self.launch("pdsh", mode, h, k, "launch_s")
+            timeline = next(iter(select(self.records, scenario="timeline", bashrc=mode)), None)
+            if d is None or p is None or d <= p or not timeline:
+                continue
+            parts = self.timeline_parts(timeline)
+            text = ", ".join(f"{name} {secs(value)}" for name, value in parts)
+            out += [
+                f"**Launch at {h}×{k}, {MODE_TEXT[mode]}: dtrain {secs(d)} against pdsh's "
+                f"{secs(p)}.** One traced launch (below) splits as: {text}.",
+                "",
+            ]
+            prof = self.launch_profile(mode)
+            remote_d = self.launch("dtrain", mode, h, k, "remote_cpu_s")
+            remote_p = self.launch("pdsh", mode, h, k, "remote_cpu_s")
+            cores = self.meta.get("machine", {}).get("cores") or 2
+            if prof and "profile" in prof and remote_d is not None and remote_p is not None:
+                extra = remote_d - remote_p
+                shim = ", found through the pyenv shim" if mode == "as-is" else ", under /usr/bin"
+                out += [
+                    "The launcher itself is not what is slow: in a profiled run (py-spy, all "
+                    f"threads) it was on CPU for {prof['profile']['active_s']:.2f} s of that "
+                    f"run's {secs(prof.get('e2e_s'))}, start to exit, much of it importing "
+                    "modules. The rest of the time it waits for the hosts, and the hosts are "
+                    f"this machine's {cores} cores: the launch cost them {cpu(remote_d)} of CPU "
+                    f"under dtrain against {cpu(remote_p)} under pdsh, {cpu(extra)} more "
+                    f"({extra / h * 1000:.0f} ms per host: dtrain's agent is one more Python "
+                    f"interpreter per host{shim}). On a real cluster that work runs on each "
+                    "host, in parallel, not on the launcher's cores (see *Scale*).",
+                    "",
+                ]
+        cal = {
+            m: next(iter(select(self.records, scenario="calibration", bashrc=m)), None)
+            for m in self.modes
+        }
+        items = []
+        a = cal.get("as-is")
+        if a and a.get("agent_tuned_s") is not None:
+            variant = self.variant_rows("as-is")
+            measured = ""
+            if variant:
+                measured = (
+                    f" At {h}×{k} with the bashrc as-is, `--remote-python /usr/bin/python3` "
+                    f"launched in {variant[1]} against {variant[0]} for the default (pdsh "
+                    f"{variant[2]}), measured alternately in this run."
+                )
+            items.append(
+                "- **The agent's python is found through the login PATH, which here is "
+                "pyenv's shim** (a bash script that runs `pyenv exec`, i.e. several more bash "
+                f"processes). Alone, the agent's boot and first answer take "
+                f"{secs(a['agent_s'])} under `python3` and {secs(a['agent_tuned_s'])} under "
+                f"`/usr/bin/python3`.{measured} The agent needs only a standard-library "
+                "Python >= 3.6, so the change is in `dtrain/transport.py`, `remote_command()`: "
+                "when `--remote-python` is not given, start the agent with the first of "
+                "`/usr/bin/python3`, `/usr/local/bin/python3` that is executable and fall back "
+                "to `python3` — i.e. emit `for p in /usr/bin/python3 /usr/local/bin/python3; "
+                "do [ -x \"$p\" ] && exec \"$p\" -c '…'; done; exec python3 -c '…'` (and make "
+                "`--remote-python`'s default `auto` in `dtrain/cli.py`, so an explicit value "
+                "still wins). Tasks keep the user's own python: only the agent moves."
+            )
+        local = select(self.records, scenario="local-overhead")
+        cli = med(select(local, launcher="import dtrain.cli"), "wall_s")
+        needed = med(select(local, launcher="import dtrain.launcher"), "wall_s")
+        paramiko = med(select(local, launcher="import paramiko"), "wall_s")
+        python = med(select(local, launcher="venv python"), "wall_s")
+        if cli is not None and needed is not None and python is not None:
+            unused = cli - needed
+            where = "all of it what `launch` needs (click, the launcher, planning)"
+            unneeded = self.unneeded_imports()
+            if unused > 0.03 and unneeded:
+                names = ", ".join(unneeded)
+                where = (
+                    f"of which {secs(unused)} is modules `launch` does not need; by "
+                    f"`python -X importtime` the largest are {names}, imported at module "
+                    "level: import them inside the functions that use them"
+                )
+            items.append(
+                f"- **Imports before the first connection.** `import dtrain.cli` takes "
+                f"{secs(cli - python)} beyond the interpreter's own start, {where}. paramiko "
+                "then adds "
+                + (f"{secs(paramiko - python)}" if paramiko is not None else "its own import")
+                + " on the critical path (`paramiko/__init__` imports every module, and "
+                "`paramiko.config` imports `invoke` when it is installed). Starting that import "
+                "in a thread as the first thing `dtrain launch` does would hide only the little "
+                "work that precedes the first connect; the floor of a Python launcher on this "
+                "machine is about a third of a second."
+            )
+        b = cal.get("blank") or a
+        if b and b.get("channel_tuned_s") is not None:
+            items.append(
+                f"- **The first channel on each fresh connection takes {secs(b['channel_s'])}**; "
+                f"a second one {secs(b['channel_again_s'])}, and the first one only "
+                f"{secs(b['channel_tuned_s'])} after the connection sat idle for 0.1 s. That is "
+                "the signature of sshd's Nagle holding its reply behind a post-auth message our "
+                "side has not ACKed yet (Linux delays ACKs up to 40 ms): paid once per launch "
+                "(hosts open in parallel), so a measurement to keep, not a fix to make blind."
+            )
+        items += self.throughput_analysis()
+        items.append(
+            "- **Barriers between steps** (`dtrain/launcher.py`): `Hosts.open` connects every "
+            "host (`connect_all`) before any agent starts, then `gather_facts`, "
+            "`_hand_out_tasks` and the start request each wait for the slowest host. At 8 hosts "
+            "this costs little; with more hosts than `MAX_PARALLEL_CONNECTS` the agents of the "
+            "first wave wait for the last wave's connects. Move `open_link` + `AgentSession` "
+            "into the pool job that connects each host (`SshTransport._connect_one`'s caller), "
+            "so each host's agent boots as soon as its connection is up."
+        )
+        return [*out, *items, ""]
+
+    def unneeded_imports(self) -> list[str]:
+        """The biggest modules `import dtrain.cli` loads that `click, dtrain.launcher` does not,
+        as text: each direct import with the costliest module it pulls in."""
+        record = next(iter(select(self.records, scenario="imports")), None)
+        if record is None:
+            return []
+        needed = {name for name, _, _ in record["launch"]}
+        chosen: list[tuple[float, str]] = []
+        children: list[tuple[float, str]] = []  # importtime lists children before parents
+        for name, depth, seconds in record["cli"]:
+            if depth >= 2 and name not in needed:
+                children.append((seconds, name))
+                continue
+            if depth == 1 and name not in needed and seconds >= 0.01:
+                via = max(children, default=None)
+                through = f", through `{via[1]}`" if via else ""
+                chosen.append((seconds, f"`{name}` ({secs(seconds)}{through})"))
+            if depth == 1:
+                children = []
+        return [text for _, text in sorted(chosen, reverse=True)[:3]]
+
+    def throughput_analysis(self) -> list[str]:
+        """If one host's stream is slower under dtrain than raw ssh: the CPU and profile why."""
+        mode = "blank" if "blank" in self.modes else (self.modes[0] if self.modes else "as-is")
+        d = self.stream_rate(mode, 1, 1, "dtrain")
+        s = self.stream_rate(mode, 1, 1, "ssh")
+        if d is None or s is None or d >= 0.8 * s:
+            return []
+        megabytes = self.meta.get("settings", {}).get("log_mb_per_host", 40.0)
+
+        def cpu_per_mb(launcher: str) -> float | None:
+            log = med(
+                select(
+                    self.records,
+                    scenario="log",
+                    bashrc=mode,
+                    hosts=1,
+                    per_host=1,
+                    launcher=launcher,
+                ),
+                "cpu_s",
+            )
+            base = self.launch(launcher, mode, 1, 1, "cpu_s")
+            return None if log is None or base is None else (log - base) / megabytes
+
+        cd, cs = cpu_per_mb("dtrain"), cpu_per_mb("ssh")
+        h, k = self.head
+        at_head = []
+        for m in self.modes:
+            dd, ss = self.stream_rate(m, h, k, "dtrain"), self.stream_rate(m, h, k, "ssh")
+            if dd and ss:
+                at_head.append(f"×{dd / ss:.2f} with the bashrc {m}")
+        head_text = f" (at {h}×{k}: {', '.join(at_head)})" if at_head else ""
+        cost = ""
+        if cd is not None and cs is not None and cd > 0:
+            cost = (
+                f" The launcher spends {cd * 1000:.1f} ms of CPU per MB relayed against "
+                f"{cs * 1000:.1f} ms for the OpenSSH client, and every host's stream runs "
+                "through the same Python process, so one core (the GIL) caps the whole job's "
+                f"log rate near {1 / cd:.0f} MB/s, whatever the host count{head_text}."
+            )
+        prof = next(
+            (r for r in select(self.records, scenario="profile") if r.get("profiled") == "log"),
+            None,
+        )
+        threads = ""
+        if prof and "profile" in prof:
+            p = prof["profile"]
+            split = ", ".join(f"{name} {value:.2f} s" for name, value in p.get("threads", []))
+            top = ", ".join(f"`{f}` {v:.2f} s" for f, v in p["self"][:6])
+            threads = (
+                f" py-spy over one host streaming {prof['bytes_written'] / 1e6:.0f} MB: "
+                f"{p['active_s']:.2f} s on CPU in the launcher — {split}; most self time in "
+                f"{top}."
+            )
+        return [
+            f"- **One host's log stream: {d:.0f} MB/s under dtrain, {s:.0f} MB/s through raw "
+            f"ssh** ({d / s:.2f}×)."
+            f"{cost}{threads} Each chunk of output crosses three threads — paramiko's "
+            "transport thread (decrypt, MAC, `BufferedPipe`), the host's reader thread "
+            "(`AgentSession._read_loop`: `FrameReader.feed` copies every byte three times), "
+            "and the main thread (`Supervisor.on_agent_event`: an unbuffered write to the "
+            "task's log, then `TerminalConsole.task_output`, which re-copies it to prefix lines "
+            "and flushes) "
+            "— and each handoff is a Condition wait/notify fighting for the GIL. No one-line "
+            "fix: the direction is fewer copies and handoffs per byte (frames parsed from a "
+            "`memoryview`, the log write and prefixing done in the reader thread for output "
+            "frames, the supervisor fed only lifecycle events), or one relay process per group "
+            "of hosts so streams stop sharing one GIL."
+        ]
+
+    def launch_profile(self, mode: str) -> Record | None:
+        found = select(self.records, scenario="profile", bashrc=mode)
+        return next((r for r in found if r.get("profiled", "trivial") == "trivial"), None)
+
+    def timeline_parts(self, timeline: Record) -> list[tuple[str, float]]:
+        """Named slices of one traced launch, from the launcher's start to the last task."""
+        phases = {e["phase"]: e for e in timeline.get("phases", [])}
+        started = float(timeline.get("python_started_s", 0.0))
+
+        def at(name: str, edge: str) -> float | None:
+            e = phases.get(name)
+            return None if e is None else started + float(e[edge])
+
+        marks = [
+            ("interpreter and imports", 0.0, at("ssh connect+auth, all hosts (pool)", "start_s")),
+            (
+                "connect and open channels",
+                at("connect + open agent channels", "start_s"),
+                at("connect + open agent channels", "end_s"),
+            ),
+            (
+                "agents boot and answer",
+                at("agents boot and answer hello", "start_s"),
+                at("agents boot and answer hello", "end_s"),
+            ),
+            (
+                "plan, check and start the tasks",
+                at("agents boot and answer hello", "end_s"),
+                at("request 'start' on all hosts", "end_s"),
+            ),
+            (
+                "the tasks' own start",
+                at("request 'start' on all hosts", "end_s"),
+                timeline.get("launch_s"),
+            ),
+        ]
+        return [(name, b - a) for name, a, b in marks if a is not None and b is not None]
+
+    def variant_rows(self, mode: str) -> list[str]:
+        """[default dtrain, dtrain with system python, pdsh] medians at the headline."""
+        found = [r for r in select(self.records, scenario="variant", bashrc=mode) if r.get("ok")]
+        if not found:
+            return []
+        return [
+            secs(med(select(found, launcher=x), "launch_s"))
+            for x in ("dtrain", "dtrain-syspy", "pdsh")
+        ]
+
+    @staticmethod
+    def goal(name: str, target: str, measured: str, met: bool) -> list[str]:
+        return [name, target, measured, "yes" if met else "**no**"]
+
+    # ---- per-metric tables ------------------------------------------------------------------
+
+    def by_config(self, mode: str, key: str, unit: Any = secs) -> list[list[str]]:
+        rows = []
+        for k in self.per_host:
+            for h in self.host_counts:
+                ref = self.launch("pdsh", mode, h, k, key)
+                ssh = self.launch("ssh", mode, h, k, key)
+                d = self.launch("dtrain", mode, h, k, key)
+                cells = [cell(self.launch(x, mode, h, k, key), ref, unit) for x in ORDER]
+                vs_ssh = f"×{d / ssh:.2f}" if d and ssh else "–"
+                rows.append([f"{h}×{k}", *cells, vs_ssh])
+        return rows
+
+    def launch_tables(self) -> list[str]:
+        out = ["## 1. Launch latency: launcher start → every task running", ""]
+        out += [
+            "From just before the launcher is spawned to the last task's own start stamp "
+            "(each task writes `time.time()` as its first statement into a shared directory; "
+            "hosts share this machine's clock, so nothing is polled while launchers start).",
+            "",
+        ]
+        for mode in self.modes:
+            out += [f"### {MODE_TEXT[mode]}", ""]
+            header = ["hosts×tasks", *(LABELS[x] for x in ORDER), "dtrain ÷ ssh per task"]
+            out += table(header, self.by_config(mode, "launch_s"))
+        rows = []
+        for mode in self.modes:
+            found = [
+                r for r in select(self.records, scenario="variant", bashrc=mode) if r.get("ok")
+            ]
+            ref = med(select(found, launcher="pdsh"), "launch_s")
+            if found:
+                rows.append(
+                    [
+                        mode,
+                        *(
+                            cell(med(select(found, launcher=x), "launch_s"), ref)
+                            for x in ("dtrain", "dtrain-syspy", "pdsh")
+                        ),
+                    ]
+                )
+        if rows:
+            h, k = self.head
+            out += [
+                f"### A candidate fix, measured: the agent under the system python ({h}×{k})",
+                "",
+                "The same launch with dtrain's existing `--remote-python /usr/bin/python3`, "
+                "alternating with the default and pdsh (see *Where dtrain misses* for the "
+                "change that would make it the default).",
+                "",
+                *table(
+                    ["bashrc", "dtrain (default `python3`)", LABELS["dtrain-syspy"], "pdsh"], rows
+                ),
+            ]
+        return out
+
+    def job_tables(self) -> list[str]:
+        out = ["## 2. A trivial job end to end (every task exits 0 at once)", ""]
+        out += [
+            "Until the launcher and every process it started locally have exited (the dmlc "
+            "tracker exits when its scheduler does; its remote ssh clients are waited for too).",
+            "",
+        ]
+        for mode in self.modes:
+            out += [f"### {MODE_TEXT[mode]}", ""]
+            header = ["hosts×tasks", *(LABELS[x] for x in ORDER), "dtrain ÷ ssh per task"]
+            out += table(header, self.by_config(mode, "e2e_s"))
+        return out
+
+    def teardown_tables(self) -> list[str]:
+        out = [
+            "## 3. Teardown: one task fails, time until every other task is gone",
+            "",
+            "The first task to start waits until all have started, records the time and exits 7; "
+            "the others sleep silently. The harness then watches the others' pids (found by tag "
+            f"through /proc, polled every 10 ms) for up to {self.bound_s:g} s. The exit code is "
+            "the launcher's own; for a launcher that never stops the rest it is the one it "
+            "reports once the harness makes the rest exit 0.",
+            "",
+        ]
+        for mode in self.modes:
+            rows = []
+            for k in self.per_host:
+                for h in self.host_counts:
+                    cells = []
+                    for x in ORDER:
+                        found = select(
+                            self.records,
+                            scenario="teardown",
+                            launcher=x,
+                            bashrc=mode,
+                            hosts=h,
+                            per_host=k,
+                        )
+                        if not found:
+                            cells.append("–")
+                            continue
+                        cells.append(f"{self.teardown_text(found)}, exit {self.exit_codes(found)}")
+                    rows.append([f"{h}×{k}", *cells])
+            out += [f"### {MODE_TEXT[mode]}", ""]
+            out += table(["hosts×tasks", *(LABELS[x] for x in ORDER)], rows)
+        return out
+
+    def orphan_tables(self) -> list[str]:
+        out = [
+            "## 4. Orphans: task processes alive after the launcher is interrupted or killed",
+            "",
+            f"All {self.head[0] * self.head[1]} tasks sleep silently (a training step on a GPU "
+            "writes nothing for minutes). SIGINT goes to the launcher's process group, as a "
+            "terminal's Ctrl-C does; SIGKILL to the launcher alone, as `kill -9 PID` does. "
+            f"Counted {self.window_s:g} s later. Leftovers are the launcher's own processes "
+            'still running here then (ssh clients, shells, the launcher itself); "kept '
+            "running\" means the launcher outlived the window (pdsh's first Ctrl-C only prints "
+            "its status; bash keeps waiting for children that ignore SIGINT) and exited only "
+            "once the harness stopped the tasks.",
+            "",
+        ]
+        for mode in self.modes:
+            rows = []
+            for x in ORDER:
+                cells = []
+                for scenario in ("sigint", "sigkill"):
+                    found = select(
+                        self.records, scenario=scenario, launcher=x, bashrc=mode, group="all"
+                    )
+                    if not found:
+                        cells += ["–", "–", "–"]
+                        continue
+                    r = found[0]
+                    cells.append(self.orphan_text(found))
+                    cells.append(str(r.get("local_leftovers", "–")))
+                    if "launcher_exit_after_signal_s" in r:
+                        cells.append(exit_text(r.get("exit_code")))
+                    else:  # it outlived the window; it exited once the harness stopped the tasks
+                        cells.append(f"kept running (then {exit_text(r.get('exit_code'))})")
+                rows.append([LABELS[x], *cells])
+            header = [
+                "launcher",
+                "SIGINT: alive",
+                "leftovers",
+                "exit",
+                "SIGKILL: alive",
+                "leftovers",
+                "exit",
+            ]
+            out += [f"### {MODE_TEXT[mode]}", ""]
+            out += table(header, rows)
+        rows = []
+        for k in self.per_host:
+            for h in self.host_counts:
+                cells = []
+                for mode in self.modes:
+                    for scenario in ("sigint", "sigkill"):
+                        found = select(
+                            self.records,
+                            scenario=scenario,
+                            launcher="dtrain",
+                            bashrc=mode,
+                            hosts=h,
+                            per_host=k,
+                            group="alone",
+                        )
+                        gone = [r.get("gone_s") for r in found]
+                        if not found:
+                            cells.append("–")
+                        elif any(g is None for g in gone):
+                            cells.append(f"never (> {self.window_s:g} s)")
+                        else:
+                            cells.append(
+                                secs(statistics.median([float(g) for g in gone if g is not None]))
+                            )
+                rows.append([f"{h}×{k}", *cells])
+        header = ["hosts×tasks"] + [f"{s} ({m})" for m in self.modes for s in ("SIGINT", "SIGKILL")]
+        out += [
+            "### dtrain alone: from the signal to no task left on any host",
+            "",
+            *table(header, rows),
+        ]
+        return out
+
+    def log_tables(self) -> list[str]:
+        s = self.meta.get("settings", {})
+        out = [
+            "## 5. Log throughput",
+            "",
+            f"Each host's tasks write {s.get('log_mb_per_host', '?')} MB of 100-byte lines to "
+            "stdout between them (all of it on 1 task per host, a quarter each on 4), more than "
+            "the relays buffer, so the stream is what is timed; each launcher's stdout is a "
+            "file here. Wall time runs from the launcher's start until "
+            "it and its children are gone, so it includes launch latency; throughput counts "
+            "the bytes the tasks wrote over the time from the first task's start to the end "
+            "(the goal is judged on it). The reference is the "
+            "one-ssh-per-task launcher: `ssh host cmd >file`, one per task, in parallel. "
+            "pdsh and dtrain add a prefix to every line (pdsh `host: `, dtrain `[task@host] `).",
+            "",
+        ]
+        for mode in self.modes:
+            rows = []
+            configs = sorted(
+                {
+                    (r["hosts"], r["per_host"])
+                    for r in select(self.records, scenario="log", bashrc=mode)
+                }
+            )
+            for h, k in configs:
+                ok = [
+                    r
+                    for r in select(self.records, scenario="log", bashrc=mode, hosts=h, per_host=k)
+                    if r.get("ok")
+                ]
+                raw = med(select(ok, launcher="ssh"), "e2e_s")
+                cells = [cell(med(select(ok, launcher=x), "e2e_s"), raw) for x in ORDER]
+                rows.append([f"{h}×{k}", *cells, " / ".join(self.log_cells(mode, h, k))])
+            if rows:
+                out += [f"### {MODE_TEXT[mode]} (wall time, × raw ssh)", ""]
+                header = ["hosts×tasks", *(LABELS[x] for x in ORDER), "throughput (× raw ssh)"]
+                out += table(header, rows)
+        return out
+
+    def resource_tables(self) -> list[str]:
+        out = [
+            "## 6. Launcher CPU time and peak RSS (trivial job)",
+            "",
+            "CPU is user+system of the launcher and every child it reaped; RSS the launcher "
+            "process's own peak (VmHWM); the footprint table below adds its helpers. "
+            '"Hosts" is the CPU the run cost the hosts (sshd, login shells, agents, tasks: the '
+            "growth of each host's PID 1 child CPU).",
+            "",
+        ]
+        rows = []
+        for mode in self.modes[:1]:
+            for x in ORDER:
+                found = select(
+                    self.records, scenario="sigint", launcher=x, bashrc=mode, group="all"
+                )
+                fp = found[0].get("footprint") if found else None
+                if fp:
+                    rows.append(
+                        [
+                            LABELS[x],
+                            f"{fp['processes']:.0f}",
+                            f"{fp['threads']:.0f}",
+                            f"{fp['fds']:.0f}",
+                            mb(fp["rss_mb"]),
+                        ]
+                    )
+        if rows:
+            h, k = self.head
+            out += [
+                f"### Footprint here while {h}×{k} tasks run (the launcher and its helpers)",
+                "",
+                *table(["launcher", "processes", "threads", "open fds", "RSS (sum)"], rows),
+            ]
+        for mode in self.modes:
+            out += [f"### {MODE_TEXT[mode]}", ""]
+            rows = []
+            for k in self.per_host:
+                for h in self.host_counts:
+                    ref_cpu = self.launch("pdsh", mode, h, k, "cpu_s")
+                    ref_rss = self.launch("pdsh", mode, h, k, "rss_mb")
+                    ref_remote = self.launch("pdsh", mode, h, k, "remote_cpu_s")
+                    cells = []
+                    for x in ORDER:
+                        remote = self.launch(x, mode, h, k, "remote_cpu_s")
+                        cells.append(
+                            f"{cell(self.launch(x, mode, h, k, 'cpu_s'), ref_cpu, cpu)}; "
+                            f"{cell(self.launch(x, mode, h, k, 'rss_mb'), ref_rss, mb)}; "
+                            f"hosts {cell(remote, ref_remote, cpu)}"
+                        )
+                    rows.append([f"{h}×{k}", *cells])
+            header = ["hosts×tasks", *(f"{LABELS[x]}: CPU; RSS; hosts" for x in ORDER)]
+            out += table(header, rows)
+        return out
+
+    def doctor_section(self) -> list[str]:
+        found = select(self.records, scenario="doctor")
+        out = ["## 7. `dtrain doctor` wall time against host count", ""]
+        if not found:
+            return [*out, "Not measured in this run (`--phases` left it out).", ""]
+        if not any(r.get("available") for r in found):
+            return [
+                *out,
+                "Not measured: `dtrain doctor --help` did not work when this run started. "
+                "The hook is `phase_doctor` in bench/run.py; it measures "
+                "`dtrain doctor -H HOSTS --ssh-config CONFIG` as soon as the command exists.",
+                "",
+            ]
+        rows = []
+        for mode in self.modes:
+            for h in self.host_counts:
+                rs = select(found, bashrc=mode, hosts=h, available=True)
+                if rs:
+                    codes = sorted({r.get("exit_code") for r in rs}, key=str)
+                    fails = [
+                        line.strip()
+                        for r in rs
+                        for line in (r.get("stderr_tail") or "").splitlines()
+                        if "FAIL" in line
+                    ]
+                    why = f"`{fails[0][:120]}`" if fails else ""
+                    rows.append(
+                        [mode, str(h), secs(med(rs, "wall_s")), ", ".join(map(str, codes)), why]
+                    )
+        return [
+            *out,
+            "`dtrain doctor -H HOSTS --ssh-config CONFIG` with no command (it checks python3), "
+            "from start to exit. It checks TCP between every pair of hosts, so part of its work "
+            "grows with the square of the host count.",
+            "",
+            *table(["bashrc", "hosts", "wall", "exit code", "first FAIL line"], rows),
+        ]
+
+    def bashrc_section(self) -> list[str]:
+        if len(self.modes) < 2:
+            return []
+        out = [
+            "## What the remote `~/.bashrc` costs",
+            "",
+            "Debian's bash reads `~/.bashrc` even for `ssh host cmd`; this one runs "
+            "`pyenv init` and `pyenv virtualenv-init`. Every remote login shell pays it: pdsh "
+            "one per host, one-ssh-per-task and the dmlc tracker one per task, dtrain one per "
+            "host (its agent's shell) — plus, for dtrain, the `python3` it finds on that PATH "
+            "is pyenv's shim, a bash script that runs `pyenv exec`.",
+            "",
+        ]
+        cal = {
+            m: next(iter(select(self.records, scenario="calibration", bashrc=m)), None)
+            for m in self.modes
+        }
+        if all(cal.values()):
+            a, b = cal["as-is"], cal["blank"]
+            assert a is not None and b is not None
+            out += table(
+                ["one remote command, measured alone", "bashrc as-is", "blanked", "cost"],
+                [
+                    [
+                        "`true` on an open connection (login shell only)",
+                        secs(a["exec_true_s"]),
+                        secs(b["exec_true_s"]),
+                        secs(a["exec_true_s"] - b["exec_true_s"]),
+                    ],
+                    [
+                        "dtrain's agent: boot and first answer",
+                        secs(a["agent_s"]),
+                        secs(b["agent_s"]),
+                        secs(a["agent_s"] - b["agent_s"]),
+                    ],
+                    [
+                        "OpenSSH `ssh host true`, fresh connection",
+                        secs(a["openssh_true_s"]),
+                        secs(b["openssh_true_s"]),
+                        secs(a["openssh_true_s"] - b["openssh_true_s"]),
+                    ],
+                ],
+            )
+        h, k = self.head
+        rows = []
+        for x in ORDER:
+            da = self.launch(x, "as-is", h, k, "launch_s")
+            db = self.launch(x, "blank", h, k, "launch_s")
+            ra = self.launch(x, "as-is", h, k, "remote_cpu_s")
+            rb = self.launch(x, "blank", h, k, "remote_cpu_s")
+            rows.append(
+                [
+                    LABELS[x],
+                    secs(da),
+                    secs(db),
+                    secs(da - db) if da is not None and db is not None else "–",
+                    cpu(ra - rb) if ra is not None and rb is not None else "–",
+                ]
+            )
+        out += table(
+            [f"launch at {h}×{k}", "as-is", "blanked", "bashrc adds", "host CPU it adds"], rows
+        )
+        return out
+
+    def where_time_goes(self) -> list[str]:
+        out = ["## Where dtrain's launch time goes", ""]
+        for mode in self.modes:
+            timeline = next(iter(select(self.records, scenario="timeline", bashrc=mode)), None)
+            if not timeline or "phases" not in timeline:
+                continue
+            started = timeline.get("python_started_s", 0.0)
+            rows = [
+                ["interpreter start (before the first Python statement)", secs(0.0), secs(started)]
+            ]
+            for e in timeline["phases"]:
+                rows.append(
+                    [e["phase"], secs(started + e["start_s"]), secs(e["end_s"] - e["start_s"])]
+                )
+            rows.append(["last task's start stamp", secs(timeline.get("launch_s")), ""])
+            out += [
+                f"### Timeline of one launch at {timeline['hosts']}×{timeline['per_host']}, "
+                f"{MODE_TEXT[mode]}",
+                "",
+                "bench/timeline.py runs the ordinary `dtrain launch` with each step wrapped by a "
+                "timer (nested steps overlap: the requests run inside the steps that send them).",
+                "",
+                *table(["step", "starts at", "takes"], rows),
+            ]
+        for mode in self.modes:
+            prof = self.launch_profile(mode)
+            if not prof or "profile" not in prof:
+                continue
+            p = prof["profile"]
+            keep = [
+                (f, s)
+                for f, s in p["inclusive"]
+                if "importlib" not in f and not f.startswith(("Thread.", "<module> (dtrain)"))
+            ][:12]
+            out += [
+                f"### py-spy, one launch at {prof['hosts']}×{prof['per_host']}, {MODE_TEXT[mode]}",
+                "",
+                f"{p['active_s']:.2f} s of active thread time sampled at {p['rate']} Hz over all "
+                "threads (idle waits excluded). Inclusive time per function:",
+                "",
+                *table(["function", "active s"], [[f"`{f}`", f"{s:.3f}"] for f, s in keep]),
+                "Most time on the launcher's own CPU, by the function it was in (self time):",
+                "",
+                *table(
+                    ["function", "active s"], [[f"`{f}`", f"{s:.3f}"] for f, s in p["self"][:10]]
+                ),
+            ]
+        return out
+
+    def extra_figures(self) -> list[str]:
+        out = ["## Other figures", ""]
+        local = select(self.records, scenario="local-overhead")
+        if local:
+            bare = med(select(local, launcher="bare"), "wall_s")
+            rows = []
+            shown = {
+                "bare": "`/usr/bin/python3 -S -c pass` (the bare command)",
+                "venv python": "the venv's `python -c pass` (interpreter and site)",
+                "import dtrain.cli": "`python -c 'import dtrain.cli'` (what `dtrain` imports)",
+                "import dtrain.launcher": "`python -c 'import click, dtrain.launcher'` "
+                "(what launch needs)",
+                "import paramiko": "`python -c 'import paramiko'` (remote jobs only)",
+                "dtrain --version": "`dtrain --version`",
+                "dtrain launch": "`dtrain launch -n 1 -s 0 --framework torch -- <bare command>`",
+            }
+            for name, text in shown.items():
+                rs = select(local, launcher=name)
+                if rs:
+                    rows.append(
+                        [
+                            text,
+                            secs(med(rs, "wall_s")),
+                            cpu(med(rs, "cpu_s")),
+                            mb(med(rs, "rss_mb")),
+                        ]
+                    )
+            launch = med(select(local, launcher="dtrain launch"), "wall_s")
+            overhead = launch - bare if launch is not None and bare is not None else None
+            out += [
+                "### dtrain's own overhead on a trivial local job",
+                "",
+                "`dtrain launch -n 1 -s 0 --framework torch -- /usr/bin/python3 -S -c pass` "
+                f"against the same command run bare: dtrain adds **{secs(overhead)}** "
+                "(interpreter, imports, one local agent, its supervision).",
+                "",
+                *table(["command", "wall", "CPU", "peak RSS"], rows),
+            ]
+        rows = []
+        for k in (2, 4):
+            rs = select(self.records, scenario="teardown", launcher="dtrain-local", per_host=k)
+            if rs:
+                rows.append(
+                    [f"this machine, {k} tasks", self.teardown_text(rs), self.exit_codes(rs)]
+                )
+        for mode in self.modes:
+            for k in self.per_host:
+                for h in self.host_counts:
+                    rs = select(
+                        self.records,
+                        scenario="teardown",
+                        launcher="dtrain",
+                        bashrc=mode,
+                        hosts=h,
+                        per_host=k,
+                    )
+                    if rs:
+                        rows.append(
+                            [
+                                f"cluster {h}×{k} ({mode})",
+                                self.teardown_text(rs),
+                                self.exit_codes(rs),
+                            ]
+                        )
+        if rows:
+            out += [
+                "### From a task's failure to every task gone",
+                "",
+                *table(["where", "median", "dtrain exit code"], rows),
+            ]
+        return out
+
+    def scale_section(self) -> list[str]:
+        out = ["## Scale past this machine", ""]
+        mode = "blank" if "blank" in self.modes else (self.modes[0] if self.modes else "as-is")
+        fitted = model.calibrate(self.records, mode)
+        if fitted is None:
+            return [*out, "Not modelled: this run has no calibration or trivial-job records.", ""]
+        c: model.Costs = fitted["costs"]
+        cal = fitted["calibration"]
+        out += [
+            "How dtrain fans out (dtrain/ssh.py, dtrain/launcher.py, dtrain/agents.py): one "
+            "paramiko connection per host, opened by a pool of `MAX_PARALLEL_CONNECTS` = "
+            f"{model.DTRAIN_POOL_WIDTH} threads; then one thread per host opens the agent's exec "
+            "channel and sends the agent; every request (hello, launch, start) goes to all hosts "
+            "at once from one thread per host, and waits for all of them. While the job runs, "
+            "each host holds one TCP socket, one paramiko transport thread and one reader "
+            "thread in the launcher, and each task one open log file. On the hosts, dtrain "
+            "needs one connection and one session each: far below sshd's `MaxStartups` "
+            "(10:30:100, unauthenticated connections per server) and `MaxSessions` (10 channels "
+            "per connection), which one-ssh-per-task launchers hit at about 10 tasks per host.",
+            "",
+            f"### Per-connection costs (calibration, {MODE_TEXT[mode]}), dtrain's own code path",
+            "",
+        ]
+        rows = []
+        names = [
+            ("connect", "connect + auth (TCP_NODELAY socket)"),
+            ("channel", "first channel on a fresh connection"),
+            ("channel_again", "a second channel"),
+            ("exec_true", "exec `true` (remote login shell)"),
+            ("agent", "agent: exec channel, payload, boot, first answer"),
+        ]
+        for key, text in names:
+            if f"{key}_s" in cal:
+                tuned = cal.get(f"{key}_tuned_s")
+                rows.append(
+                    [
+                        text,
+                        secs(cal[f"{key}_s"]),
+                        f"{cal[f'{key}_cpu_s'] * 1000:.1f} ms",
+                        secs(tuned) if tuned is not None else "–",
+                    ]
+                )
+        rows.append(
+            [
+                "OpenSSH `ssh host true`, fresh (for reference)",
+                secs(cal.get("openssh_true_s")),
+                "–",
+                "–",
+            ]
+        )
+        out += table(["step", "wall", "launcher CPU", "with the proposed fixes"], rows)
+        par = cal.get("parallel_connect", {})
+        if par:
+            out += table(
+                ["hosts connected at once (pool of 32)", "wall", "launcher CPU"],
+                [
+                    [n, secs(v["wall_s"]), cpu(v["cpu_s"])]
+                    for n, v in sorted(par.items(), key=lambda kv: int(kv[0]))
+                ],
+            )
+        b = fitted["cpu_fits"]
+        rows = []
+        for x in ORDER:
+            f = b[x]
+            rows.append(
+                [
+                    LABELS[x],
+                    f"{f[0]:.3f} s",
+                    f"{f[1] * 1000:.1f} ms",
+                    f"{f[2] * 1000:.1f} ms",
+                    cpu(model.predict(f, 256, 1024)),
+                ]
+            )
+        out += [
+            "### Launcher CPU per host and per task (least-squares fit over the trivial runs)",
+            "",
+            *table(["launcher", "fixed", "per host", "per task", "predicted at 256×4"], rows),
+            "On a real cluster the hosts' work runs on the hosts; what a launcher machine pays "
+            "grows with these slopes. pdsh's and ssh-per-task's cost is mostly the OpenSSH "
+            "client's key exchange, once per host for pdsh and once per task for the others.",
+            "",
+        ]
+        sim_rows = []
+        for key, value in fitted["measured"].items():
+            h, k = (int(x) for x in key.split("x"))
+            sim_rows.append([f"{h}×{k}", secs(value), secs(model.simulate(h, k, c))])
+        out += [
+            "### The simulation against what this machine measured",
+            "",
+            "Calibrated as described in bench/model.py: the launcher as one CPU (the GIL), each "
+            f"host's own work in parallel. Here all {self.head[0]} hosts share this machine's "
+            "cores with the launcher, so the measured times grow faster than the model's.",
+            "",
+            *table(["dtrain hosts×tasks", "measured here", "simulated"], sim_rows),
+        ]
+        rows = []
+        for h in (8, 16, 32, 64, 128, 256):
+            for k in (4, 8):
+                rows.append(
+                    [
+                        f"{h}×{k}",
+                        secs(model.simulate(h, k, c)),
+                        secs(model.simulate(h, k, c, width=max(h, 1))),
+                        str(model.waves(h)),
+                        f"{model.predict(fitted['thread_fit'], h, h * k):.0f}",
+                        f"{model.predict(fitted['fd_fit'], h, h * k):.0f}",
+                        mb(model.predict(fitted["rss_fit"], h, h * k)),
+                    ]
+                )
+        out += [
+            "### dtrain at 256 hosts",
+            "",
+            *table(
+                [
+                    "hosts×tasks",
+                    "launch (pool 32)",
+                    "launch (pool = hosts)",
+                    "connect waves",
+                    "threads",
+                    "open fds",
+                    "RSS",
+                ],
+                rows,
+            ),
+            self.scale_text(fitted),
+            "",
+            *self.peers_at_scale(fitted),
+        ]
+        return out
+
+    def peers_at_scale(self, fitted: dict[str, Any]) -> list[str]:
+        """What the peers would do at 256 hosts, from this run's fits and footprints."""
+        fits = fitted["cpu_fits"]
+        per_client = None
+        found = select(self.records, scenario="sigint", launcher="ssh", group="all")
+        fp = found[0].get("footprint") if found else None
+        if fp and fp["processes"] > 1:
+            per_client = fp["rss_mb"] / fp["processes"]
+        cores = self.meta.get("machine", {}).get("cores") or 2
+        pdsh_cpu = model.predict(fits["pdsh"], 256, 1024)
+        ssh_cpu = model.predict(fits["ssh"], 256, 1024)
+        memory = f"≈ {per_client * 1024 / 1024:.1f} GB" if per_client else "several GB"
+        return [
+            "### The peers at 256 hosts",
+            "",
+            f"- **pdsh** runs one OpenSSH client per host: ≈ {pdsh_cpu:.0f} s of client CPU "
+            f"at 256 hosts by this run's fit (≈ {pdsh_cpu / cores:.0f} s on {cores} cores), "
+            "mostly key exchange. Its default fan-out `-f 32` is a trap for training jobs: it "
+            "keeps 32 commands running at a time, and a training command does not return, so "
+            "hosts 33 and up never start (DeepSpeed passes `-f 1024`; this harness passes "
+            "`-f max(32, hosts)`).",
+            f"- **One ssh per task** at 256×4 is 1024 OpenSSH clients here ({memory} of RSS, "
+            f"≈ {ssh_cpu:.0f} s of CPU by the fit) and 4 simultaneous unauthenticated "
+            "connections per host; at about 10 tasks per host (8 GPUs plus servers) it crosses "
+            "sshd's default `MaxStartups 10:30:100`, and sshd starts dropping connections "
+            '("Connection reset by peer" / banner errors) unless the launcher retries.',
+            "- **The dmlc tracker** does the same with a Python thread and a shell per task, "
+            "plus its local scheduler.",
+            "",
+        ]
+
+    def scale_text(self, fitted: dict[str, Any]) -> str:
+        fd = fitted["fd_fit"]
+        c: model.Costs = fitted["costs"]
+        fds_256 = model.predict(fd, 256, 1024)
+        threads_256 = model.predict(fitted["thread_fit"], 256, 1024)
+        per_host_cpu = c.connect.cpu_s + c.channel.cpu_s + c.agent.cpu_s + c.start.cpu_s
+        pooled = model.simulate(256, 4, c)
+        unbounded = model.simulate(256, 4, c, width=256)
+        pool_text = (
+            "and the pool's width hardly matters: the launcher's CPU is the bottleneck"
+            if pooled - unbounded < 0.1 * pooled
+            else f"and the pool's {model.waves(256)} waves cost {secs(pooled - unbounded)}"
+        )
+        return (
+            f"What grows: launcher CPU ≈ {per_host_cpu * 1000:.0f} ms per host and "
+            f"{c.task_cpu_s * 1000:.1f} ms per task, serialized on one core by the GIL, so "
+            f"256 hosts cost ≈ {256 * per_host_cpu + 1024 * c.task_cpu_s:.1f} s of it "
+            f"({pool_text}). "
+            f"Threads ≈ {threads_256:.0f} (two per host for the whole job, plus up to one per "
+            "host per request while it is in flight) and open files ≈ "
+            f"{fds_256:.0f} at 256×4 (one socket per host, one log file per task): above the "
+            "common default soft limit of 1024 (`ulimit -n`), where opening the logs fails "
+            "with EMFILE unless dtrain raises its soft limit to the hard limit at start "
+            "(`resource.setrlimit(RLIMIT_NOFILE, (hard, hard))`)."
+        )
+
+    def method(self) -> list[str]:
+        s = self.meta.get("settings", {})
+        return [
+            "## Method",
+            "",
+            "- Cluster: `tests/cluster/netcluster.py`, one sshd per host as PID 1 of its own "
+            "namespaces on 198.18.0.0/24, on this machine; started and stopped by the harness in "
+            "short sessions (released in between so other users of the cluster lock get in).",
+            "- Task: `/usr/bin/python3 -S bench/task.py` for every launcher (absolute path, so "
+            "no launcher pays a pyenv shim for the task itself). It records its start time, "
+            "then exits, sleeps, fails or writes its log lines.",
+            "- dtrain: `dtrain launch --framework torch -n N --nproc-per-host K -H HOSTS "
+            "--ssh-config CONFIG -- TASK` (collective mode: K ranks per host, nothing local).",
+            '- pdsh: `pdsh -S -R ssh -f max(32,hosts) -w h1,...` with `PDSH_SSH_ARGS="-F CONFIG '
+            '-x -a -l%u %h"`; for K > 1 one remote bash starts the K tasks and waits for them.',
+            "- One ssh per task: a bash script with one `ssh -F CONFIG -n host TASK &` per task "
+            "(placed round robin), then `wait` for each; its exit code is the first non-zero one.",
+            "- dmlc tracker: the mxnet wheel's `tools/launch.py -n N-1 -s 1 --launcher ssh -H "
+            "HOSTS TASK` run by bench/tracker_shim.py, which only adds `Thread.isAlive`; its bare "
+            '`ssh` is an `exec ssh -F CONFIG "$@"` wrapper first in PATH. It places servers '
+            "then workers round robin (K per host) and runs a scheduler here, which waits for "
+            "the remote tasks to finish, as ps-lite's does.",
+            "- Repetitions: trivial job "
+            f"{s.get('reps')}, teardown {s.get('teardown_reps')} (peers once per host count: "
+            f"they never stop anything), log {s.get('log_reps')}, signals once for every "
+            "launcher together at the headline size plus "
+            f"{s.get('signal_reps')} for dtrain alone at every size.",
+            "- Every run ends with a verified clean slate: leftover tasks found by tag and "
+            "stopped, the launcher's process group killed, and the hosts checked for nothing but "
+            "their sshd before the next run.",
+            "",
+        ]
+
+
+# ---- the plot --------------------------------------------------------------------------------
+
+
+def plot(report: Report, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"dtrain": "#d62728", "pdsh": "#1f77b4", "ssh": "#2ca02c", "tracker": "#9467bd"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    k = max(report.per_host)
+    hosts = report.host_counts
+    for mode, style in (("as-is", "-"), ("blank", "--")):
+        if mode not in report.modes:
+            continue
+        for x in ORDER:
+            ys = [report.launch(x, mode, h, k, "launch_s") for h in hosts]
+            pts = [(h, y) for h, y in zip(hosts, ys, strict=True) if y is not None]
+            if pts:
+                left.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    marker="o",
+                    color=colors[x],
+                    label=f"{LABELS[x]} ({mode})",
+                )
+    left.set_title(
+        f"Launch latency, {k} tasks per host\n(solid: remote bashrc as-is; dashed: blanked)"
+    )
+    left.set_xlabel("hosts")
+    left.set_ylabel("start → every task running (s)")
+    left.set_xscale("log", base=2)
+    left.set_xticks(hosts, [str(h) for h in hosts])
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, ncol=2)
+    bound = report.bound_s
+    for kk, marker in zip(report.per_host, ("o", "s"), strict=False):
+        pts = []
+        for h in hosts:
+            rs = [
+                r
+                for r in select(
+                    report.records, scenario="teardown", launcher="dtrain", hosts=h, per_host=kk
+                )
+                if r.get("teardown_s") is not None
+            ]
+            if rs:
+                pts.append((h, statistics.median(r["teardown_s"] for r in rs)))
+        if pts:
+            right.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                "-",
+                marker=marker,
+                color=colors["dtrain"],
+                label=f"dtrain, {kk} task{'s' if kk > 1 else ''}/host",
+            )
+    for offset, x in enumerate(PEERS):
+        never = [
+            h
+            for h in hosts
+            if any(
+                r.get("teardown_s", 0) is None
+                for r in select(report.records, scenario="teardown", launcher=x, hosts=h)
+            )
+        ]
+        if never:
+            shifted = [h * (1 + 0.04 * (offset - 1)) for h in never]
+            right.scatter(
+                shifted,
+                [bound] * len(never),
+                marker="^",
+                color=colors[x],
+                label=f"{LABELS[x]}: never (> {bound:g} s)",
+            )
+    right.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    right.text(hosts[0], 1.08, "goal: 1 s", fontsize=7, color="grey")
+    right.set_yscale("log")
+    right.set_ylim(0.005, bound * 2)
+    right.set_title("Teardown: one task fails → every other task gone")
+    right.set_xlabel("hosts")
+    right.set_ylabel("seconds (log scale)")
+    right.set_xscale("log", base=2)
+    right.set_xticks(hosts, [str(h) for h in hosts])
+    right.grid(alpha=0.3, which="both")
+    right.legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(folder: Path, doc: Path) -> None:
+    records, meta = load(folder)
+    report = Report(records, meta)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(report.render())
+    plot(report, doc.with_suffix(".png"))

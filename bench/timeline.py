@@ -1,0 +1,66 @@
+"""Run `dtrain` with a timestamp on each launch phase, to show where launch latency goes.
+
+Wraps, at run time and without changing dtrain, the steps `Launch.run` takes in order, and
+writes their start and end (seconds since this interpreter began running Python code) as JSON
+to the file named by the first argument. Usage: timeline.py OUT.json launch ARGS...
+"""
+
+import time
+
+T0 = time.time()
+
+import atexit  # noqa: E402 - T0 must be taken first
+import functools  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+Namer = str | Callable[[tuple[Any, ...]], str]
+
+
+def main() -> None:
+    out, argv = Path(sys.argv[1]), sys.argv[2:]
+    events: list[dict[str, Any]] = []
+
+    def mark(name: str, start: float, end: float) -> None:
+        events.append({"phase": name, "start_s": start - T0, "end_s": end - T0})
+
+    started = time.time()
+    import dtrain.cli
+
+    mark("import dtrain (click, dtrain.cli)", started, time.time())
+    started = time.time()
+    import dtrain.ssh
+
+    mark("import paramiko (dtrain.ssh)", started, time.time())
+    from dtrain import launcher, supervise, tracker
+
+    def wrap(owner: Any, attr: str, name: Namer) -> None:
+        original = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            begin = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                mark(name if isinstance(name, str) else name(args), begin, time.time())
+
+        setattr(owner, attr, timed)
+
+    wrap(dtrain.ssh.SshTransport, "connect_all", "ssh connect+auth, all hosts (pool)")
+    wrap(launcher.Hosts, "open", "connect + open agent channels")
+    wrap(launcher, "gather_facts", "agents boot and answer hello")
+    wrap(tracker, "plan_job", "plan")
+    wrap(launcher, "prepare_log_dir", "log dir")
+    wrap(launcher.Launch, "_hand_out_tasks", "launch request (check tasks)")
+    wrap(launcher, "run_on_all", lambda args: f"request {args[1]!r} on all hosts")
+    wrap(supervise.Supervisor, "run", "supervise until every task ended")
+    atexit.register(lambda: out.write_text(json.dumps({"t0": T0, "events": events})))
+    dtrain.cli.main(argv)
+
+
+if __name__ == "__main__":
+    main()
