@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from dtrain.errors import RemoteError
 from dtrain.hosts import Host
@@ -242,6 +242,22 @@ class Heartbeat:
                     session.ping()
 
 
+T = TypeVar("T")
+
+
+def in_parallel(
+    items: Iterable[T], work: Callable[[T], None], timeout_s: float | None = None
+) -> None:
+    """work(item) for every item at once, one thread each; returns when all are done, or at
+    the timeout (a host that hangs cannot hold dtrain up; its thread dies with the process)."""
+    threads = [threading.Thread(target=work, args=(item,), daemon=True) for item in items]
+    for thread in threads:
+        thread.start()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
 def request_all(
     sessions: Iterable[AgentSession],
     op: str,
@@ -265,9 +281,5 @@ def request_all(
         with lock:
             results[session.host.name] = outcome
 
-    threads = [threading.Thread(target=ask, args=(s,), daemon=True) for s in sessions]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_parallel(sessions, ask)
     return results

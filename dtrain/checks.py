@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dtrain import cleanup, parity
-from dtrain.agents import AgentSession
+from dtrain.agents import AgentSession, in_parallel
 from dtrain.diagnosis import (
     CHECKS,
     QUICK_CHECKS,
@@ -84,16 +84,9 @@ def ask_all(
             results[session.host.name] = (reply, sent, time.time())
 
     started = time.monotonic()
-    threads = []
-    for session in sessions.values():
-        fields = fields_for(session)
-        if fields is not None:
-            threads.append(threading.Thread(target=ask, args=(session, fields), daemon=True))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    logger.debug("%s on %d host(s): %.3fs", op, len(threads), time.monotonic() - started)
+    asked = [(s, f) for s in sessions.values() if (f := fields_for(s)) is not None]
+    in_parallel(asked, lambda pair: ask(*pair))
+    logger.debug("%s on %d host(s): %.3fs", op, len(asked), time.monotonic() - started)
     return results
 
 

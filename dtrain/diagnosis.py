@@ -15,7 +15,9 @@ from typing import Any
 
 from dtrain import parity
 from dtrain.errors import ExitCode, Problem
+from dtrain.frameworks import MANAGED_VARS
 from dtrain.hostprocs import HostScan, JobProcess
+from dtrain.plan import Framework
 
 CHECKS = (
     "ssh",
@@ -36,19 +38,7 @@ SLOW_CONNECT_S = 2.0
 CLOCK_SKEW_WARN_S = 1.0
 MAX_LISTED = 8
 PORT_RANGE_TEXT = "10000-49999"  # where ps-lite's servers and workers bind
-MANAGED_ENV = frozenset(
-    {
-        "DMLC_ROLE",
-        "DMLC_PS_ROOT_URI",
-        "DMLC_PS_ROOT_PORT",
-        "DMLC_NUM_WORKER",
-        "DMLC_NUM_SERVER",
-        "DMLC_NODE_HOST",
-        "DMLC_SERVER_ID",
-        "DMLC_WORKER_ID",
-        "DMLC_RANK",
-    }
-)
+MANAGED_ENV = MANAGED_VARS[Framework.DMLC]  # what dtrain sets: differences are expected
 
 
 class Status(str, Enum):

@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain import sync, tracker
-from dtrain.agents import AgentSession, Event, Heartbeat, OutputBudget, request_all
+from dtrain.agents import (
+    AgentSession,
+    Event,
+    Heartbeat,
+    OutputBudget,
+    in_parallel,
+    request_all,
+)
 from dtrain.errors import PreflightFailed, Problem, RemoteError
 from dtrain.hosts import Host
 from dtrain.plan import JobPlan
@@ -128,24 +135,12 @@ class Hosts:
             with lock:
                 self.sessions[host.name] = session
 
-        threads = [threading.Thread(target=start, args=(h,), daemon=True) for h in hosts]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_parallel(hosts, start)
         return problems
 
     def close(self) -> None:
         """Close every session in parallel; an unresponsive host cannot hold dtrain up."""
-        threads = [
-            threading.Thread(target=session.close, daemon=True)
-            for session in self.sessions.values()
-        ]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + CLOSE_TIMEOUT_S
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        in_parallel(self.sessions.values(), AgentSession.close, CLOSE_TIMEOUT_S)
         if self._ssh is not None:
             self._ssh.close()
         self.sessions.clear()

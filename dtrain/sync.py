@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtrain.agents import AgentSession
+from dtrain.agents import AgentSession, in_parallel
 from dtrain.errors import Problem, RemoteError
 
 CHUNK = 1 << 20
@@ -152,11 +152,7 @@ def sync_all(sessions: Mapping[str, AgentSession], manifest: Manifest, dst: str)
         with lock:
             reports[session.host.name] = report
 
-    threads = [threading.Thread(target=one, args=(s,), daemon=True) for s in sessions.values()]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_parallel(sessions.values(), one)
     if problems:
         raise RemoteError(
             f"--sync-dst-dir failed on {len(problems)} host(s); nothing was started",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtrain import remote
+from dtrain.remote.agent import free_ports
 
 logger = logging.getLogger(__name__)
 
@@ -193,13 +194,5 @@ def local_interfaces() -> dict[str, str]:
 
 
 def local_free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """Free ports here, found the way every host's agent finds its own."""
+    return free_ports(count)

@@ -656,6 +656,8 @@ def check_runnable(task):
 
 
 def free_ports(count):
+    # type: (int) -> List[int]
+    """Ports free right now (bound together, so distinct); shared by the launcher."""
     sockets = []
     try:
         for _ in range(count):
