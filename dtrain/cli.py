@@ -169,12 +169,27 @@ class TerminalConsole:
         self.closed: set[int] = set()
         self.prefixers: dict[tuple[str, bool], render.LinePrefixer] = {}
 
-    def _write(self, out: BinaryIO, data: bytes) -> None:
-        if id(out) in self.closed:
+    def _write(self, out: BinaryIO, pieces: Sequence[bytes | memoryview]) -> None:
+        if id(out) in self.closed or not pieces:
             return
         try:
-            out.write(data)
             out.flush()
+            fd = out.fileno()
+        except (OSError, ValueError, AttributeError):
+            fd = -1  # not a real file (tests): write through the object
+        try:
+            if fd < 0:
+                out.write(b"".join(pieces))
+                out.flush()
+                return
+            views = [memoryview(p) for p in pieces]
+            while views:  # writev may write part, e.g. to a full pipe interrupted by a signal
+                written = os.writev(fd, views)
+                while views and written >= len(views[0]):
+                    written -= len(views[0])
+                    views.pop(0)
+                if views and written:
+                    views[0] = views[0][written:]
         except (BrokenPipeError, ValueError):  # ValueError: the stream was closed under us
             self.closed.add(id(out))
 
@@ -183,9 +198,7 @@ class TerminalConsole:
         prefixer = self.prefixers.get(key)
         if prefixer is None:
             prefixer = self.prefixers[key] = render.LinePrefixer(f"[{task.label}] ".encode())
-        text = prefixer.feed(data)
-        if text:
-            self._write(self.stderr if is_stderr else self.stdout, text)
+        self._write(self.stderr if is_stderr else self.stdout, prefixer.feed(data))
 
     def task_closed(self, task: TaskSpec) -> None:
         for is_stderr in (False, True):
@@ -193,10 +206,10 @@ class TerminalConsole:
             if prefixer is not None:
                 rest = prefixer.flush()
                 if rest:
-                    self._write(self.stderr if is_stderr else self.stdout, rest)
+                    self._write(self.stderr if is_stderr else self.stdout, [rest])
 
     def note(self, message: str) -> None:
-        self._write(self.stderr, f"dtrain: {message}\n".encode())
+        self._write(self.stderr, [f"dtrain: {message}\n".encode()])
 
 
 def emit_json(document: dict[str, Any]) -> None:

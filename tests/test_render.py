@@ -10,22 +10,22 @@ from dtrain.results import JobResult, JobState, TaskExit
 
 def test_prefixes_each_line_and_holds_back_a_partial_line() -> None:
     p = LinePrefixer(b"[w.0] ")
-    assert p.feed(b"a\nb") == b"[w.0] a\n"
-    assert p.feed(b"c\n\nd") == b"[w.0] bc\n[w.0] \n"
+    assert p.feed_bytes(b"a\nb") == b"[w.0] a\n"
+    assert p.feed_bytes(b"c\n\nd") == b"[w.0] bc\n[w.0] \n"
     assert p.flush() == b"[w.0] d\n"
     assert p.flush() == b""
 
 
 def test_a_huge_line_without_newline_is_flushed_in_pieces() -> None:
     p = LinePrefixer(b"> ")
-    out = p.feed(b"x" * 70000)
+    out = p.feed_bytes(b"x" * 70000)
     assert out.startswith(b"> xxx") and out.endswith(b"\n")
 
 
 @given(st.lists(st.binary(max_size=50), max_size=20))
 def test_prefixing_keeps_every_byte_in_order(chunks: list[bytes]) -> None:
     p = LinePrefixer(b"[t] ")
-    out = b"".join(p.feed(c) for c in chunks) + p.flush()
+    out = b"".join(p.feed_bytes(c) for c in chunks) + p.flush()
     data = b"".join(chunks)
     expected_lines = data.split(b"\n")
     if expected_lines and expected_lines[-1] == b"":
