@@ -50,7 +50,9 @@ def main() -> None:
 
         setattr(owner, attr, timed)
 
-    wrap(dtrain.ssh.SshTransport, "connect_all", "ssh connect+auth, all hosts (pool)")
+    wrap(
+        dtrain.ssh.SshTransport, "try_connect_all", "ssh connect+auth and agents, all hosts (pool)"
+    )
     wrap(launcher.Hosts, "open", "connect + open agent channels")
     wrap(launcher, "gather_facts", "agents boot and answer hello")
     wrap(tracker, "plan_job", "plan")

@@ -70,7 +70,8 @@ class DtrainError(Exception):
         head = f"{self.location}: {what}" if self.location else f"dtrain: {what}"
         lines = [head]
         for problem in self.problems:
-            where = f"{problem.host}: " if problem.host else ""
+            named = not problem.host or problem.message.startswith(problem.host)
+            where = "" if named else f"{problem.host}: "
             lines.append(f"  {where}{problem.message}")
             if problem.hint:
                 lines.append(f"    hint: {problem.hint}")

@@ -30,7 +30,7 @@ from dtrain.agents import (
     in_parallel,
     request_all,
 )
-from dtrain.errors import PreflightFailed, Problem, RemoteError
+from dtrain.errors import ConnectError, PreflightFailed, Problem, RemoteError
 from dtrain.hosts import Host
 from dtrain.plan import JobPlan
 from dtrain.results import JobResult
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
+AGENT_PROBLEM = "agent"
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -78,6 +79,7 @@ class Hosts:
         self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
         self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}
+        self._lock = threading.Lock()
 
     @property
     def ssh(self) -> SshTransport:
@@ -89,16 +91,23 @@ class Hosts:
         return self._ssh
 
     def open(self, hosts: Sequence[Host]) -> dict[str, AgentSession]:
-        """Connect every remote host in parallel, then start an agent on each host."""
-        remote = [host for host in hosts if not host.is_local]
-        if remote:
-            self.ssh.connect_all(remote)
-        problems = self._start_agents(hosts)
+        """Connect every host and start an agent on each; any failure names each host, and
+        nothing will have been started anywhere."""
+        sessions, problems = self.open_reachable(hosts)
         if problems:
+            unreached = [p for p in problems.values() if p.code != AGENT_PROBLEM]
+            if unreached:
+                remote = sum(1 for h in hosts if not h.is_local)
+                raise ConnectError(
+                    f"cannot reach {len(unreached)} of {remote} "
+                    f"host{'s' if remote > 1 else ''}; nothing was started",
+                    problems=unreached,
+                )
             raise RemoteError(
-                "could not start on every host; nothing was started", problems=problems
+                "could not start on every host; nothing was started",
+                problems=list(problems.values()),
             )
-        return {host.name: self.sessions[host.name] for host in hosts}
+        return sessions
 
     def open_reachable(
         self, hosts: Sequence[Host]
@@ -108,35 +117,42 @@ class Hosts:
         For commands that must act on every host they can (`dtrain kill`, `ps`, doctor).
         """
         remote = [host for host in hosts if not host.is_local]
-        problems = self.ssh.try_connect_all(remote) if remote else {}
-        reached = [host for host in hosts if host.name not in problems]
-        for problem in self._start_agents(reached):
-            problems[problem.host or ""] = problem
+        local = [host for host in hosts if host.is_local]
+        problems: dict[str, Problem] = {}
+        lock = threading.Lock()
+
+        def start_local(host: Host) -> None:
+            problem = self._start_agent(host)
+            if problem is not None:
+                with lock:
+                    problems[host.name] = problem
+
+        starting_here = threading.Thread(target=in_parallel, args=(local, start_local))
+        starting_here.start()
+        if remote:
+            found = self.ssh.try_connect_all(remote, then=self._start_agent)
+            with lock:
+                problems.update(found)
+        starting_here.join()
         sessions = {h.name: self.sessions[h.name] for h in hosts if h.name in self.sessions}
         return sessions, problems
 
-    def _start_agents(self, hosts: Sequence[Host]) -> list[Problem]:
-        """Start an agent on each (connected) host in parallel; the problems of those that fail."""
-        problems: list[Problem] = []
-        lock = threading.Lock()
-
-        def start(host: Host) -> None:
-            try:
-                link = (
-                    LocalLink()
-                    if host.is_local
-                    else self.ssh.open_link(host, python=self.remote_python)
-                )
-                session = AgentSession(host, link, self.events, self.budget)
-            except Exception as exc:  # any failure names its host
-                with lock:
-                    problems.append(Problem(f"cannot start dtrain's agent: {exc}", host=host.name))
-                return
-            with lock:
-                self.sessions[host.name] = session
-
-        in_parallel(hosts, start)
-        return problems
+    def _start_agent(self, host: Host) -> Problem | None:
+        """Start the agent on one (connected) host; its problem if that fails."""
+        try:
+            link = (
+                LocalLink()
+                if host.is_local
+                else self.ssh.open_link(host, python=self.remote_python)
+            )
+            session = AgentSession(host, link, self.events, self.budget)
+        except Exception as exc:  # any failure names its host
+            return Problem(
+                f"cannot start dtrain's agent: {exc}", host=host.name, code=AGENT_PROBLEM
+            )
+        with self._lock:
+            self.sessions[host.name] = session
+        return None
 
     def close(self) -> None:
         """Close every session in parallel; an unresponsive host cannot hold dtrain up."""

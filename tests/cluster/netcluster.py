@@ -771,6 +771,17 @@ class Cluster:
             f"mount --bind {q(str(d / 'hosts'))} /etc/hosts",
             f"mount --bind {q(str(d / 'srv'))} /srv",
         ]
+        shims = _pyenv_shims()
+        if shims is not None:
+            # The login shells run `pyenv rehash`, which takes a lock file in the shared shims
+            # dir; a host killed mid-login (stop_host, teardown) would leave it behind and every
+            # later login on this machine would wait 60 s for it. Each host gets its own layer.
+            up, work = d / "shims-up", d / "shims-work"
+            mounts.append(
+                f"mkdir -p {q(str(up))} {q(str(work))} && mount -t overlay {NAME_PREFIX}-shims "
+                f"-o lowerdir={q(str(shims))},upperdir={q(str(up))},workdir={q(str(work))} "
+                f"{q(str(shims))} || true"
+            )
         for name in ("wtmp", "btmp", "lastlog"):
             target = f"/var/log/{name}"
             mounts.append(
@@ -1370,6 +1381,12 @@ def _reap(popen: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: flo
     for stream in (popen.stdin, popen.stdout, popen.stderr):
         if stream is not None:
             stream.close()
+
+
+def _pyenv_shims() -> Path | None:
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    shims = root / "shims"
+    return shims if shims.is_dir() else None
 
 
 def _has_ipv6() -> bool:

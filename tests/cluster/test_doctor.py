@@ -235,10 +235,8 @@ def test_leftover_dmlc_process_fails_doctor_and_launch_preflight_with_its_pid(
     refused, _ = run_dtrain(cluster, launch, script_dir)
     assert refused.returncode == 3, refused.stderr
     assert "preflight failed on 1 host(s); nothing was started" in refused.stderr
-    assert (
-        f"h2: 1 job process left behind by an earlier job (its launcher is gone): pid {leftover.host_pid}"
-        in refused.stderr
-    )
+    left = "h2: 1 job process left behind by an earlier job (its launcher is gone)"
+    assert f"{left}: pid {leftover.host_pid}" in refused.stderr
     assert "--no-preflight" in refused.stderr
     assert not (script_dir / "dtrain-logs").exists()
     forced, _ = run_dtrain(cluster, [launch[0], "--no-preflight", *launch[1:]], script_dir)

@@ -527,3 +527,19 @@ def test_cleanup_stale_removes_what_a_crashed_run_left(tmp_path: Path) -> None:
         return
     assert f"netns {prefix}-h1" in removed
     assert any(f"dtrain-cluster-{prefix[4:]}" in item for item in removed)
+
+
+def test_a_pyenv_lock_left_on_one_host_stays_on_that_host(cluster: Cluster) -> None:
+    # A login killed mid-`pyenv rehash` leaves this lock behind; on the shared filesystem it
+    # would make every later login on the machine wait 60 s.
+    shims = netcluster._pyenv_shims()
+    mounts = cluster.run("h1", "cat /proc/self/mounts", check=True).stdout
+    if shims is None:  # no pyenv here: nothing to isolate, and nothing is mounted for it
+        assert "-shims " not in mounts
+        return
+    assert f" {shims} overlay " in mounts
+    lock = shims / ".pyenv-shim"
+    cluster.run("h1", f"touch {lock}", check=True)
+    assert cluster.run("h1", f"test -e {lock}").returncode == 0
+    assert not lock.exists()
+    assert cluster.run("h2", f"test -e {lock}").returncode != 0
