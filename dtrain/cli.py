@@ -417,8 +417,14 @@ def launch(
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     job_id = new_job_id()
     if dry_run:
-        plan = tracker.plan_job(request, dry_run_facts(request, job_id, ssh))
+        facts, unresolved = dry_run_facts(request, job_id, ssh)
+        plan = tracker.plan_job(request, facts)
         note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
+        if unresolved:
+            note += (
+                f"\nnote: {', '.join(unresolved)} do not resolve from here: shown by name; "
+                "a launch uses the address ssh reaches each at"
+            )
         if as_json:
             emit_json(render.envelope("launch", 0, {"dry_run": True, "plan": plan.to_dict()}))
         else:

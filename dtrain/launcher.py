@@ -40,6 +40,7 @@ from dtrain.transport import (
     SshOptions,
     local_free_ports,
     local_interfaces,
+    raise_open_file_limit,
     resolve_address,
     route_address,
 )
@@ -73,6 +74,7 @@ class Hosts:
     """Open agent sessions to a set of hosts, and close them all, whatever happens."""
 
     def __init__(self, options: SshOptions, remote_python: str = "auto") -> None:
+        raise_open_file_limit()
         self.ssh_options = options
         self._ssh: SshTransport | None = None
         self.remote_python = remote_python
@@ -235,30 +237,44 @@ def _local_address(remote_addresses: Sequence[str]) -> str:
     return route_address(remote_addresses[0]) or "127.0.0.1"
 
 
-def dry_run_facts(request: tracker.JobRequest, job_id: str, ssh: SshOptions) -> tracker.Facts:
-    """Facts without connecting anywhere: names resolved here, ports chosen here."""
+def dry_run_facts(
+    request: tracker.JobRequest, job_id: str, ssh: SshOptions
+) -> tuple[tracker.Facts, list[str]]:
+    """Facts without connecting anywhere: names resolved here, ports chosen here.
+
+    Also the hosts whose names do not resolve from here (a launch learns their addresses
+    from ssh itself, so they stay names in the dry run's plan).
+    """
     from dtrain.ssh import SshTransport
 
     ports = tracker.ports_needed(request)
     transport = SshTransport(ssh) if request.hosts else None
     hosts: dict[str, tracker.HostFacts] = {}
-    remote_addresses = []
+    resolved = []
+    unresolved = []
     for host in request.hosts:
         assert transport is not None
         target = transport.target(host)
-        address = resolve_address(target.hostname) or target.hostname
-        remote_addresses.append(address)
+        address = resolve_address(target.hostname)
+        if address is None:
+            unresolved.append(host.name)
+        else:
+            resolved.append(address)
         hosts[host.name] = tracker.HostFacts(
-            address=address,
+            address=address or target.hostname,
             interfaces={},
             free_ports=tuple(local_free_ports(ports.get(host.name, 0))),
         )
+    here = local_interfaces()
+    local_address = _local_address(resolved) if resolved or not request.hosts else None
+    if local_address is None:  # no route known: this machine's first outward address
+        local_address = next((a for a in here.values() if not a.startswith("127.")), "127.0.0.1")
     hosts[request.local_host.name] = tracker.HostFacts(
-        address=_local_address(remote_addresses),
-        interfaces=local_interfaces(),
+        address=local_address,
+        interfaces=here,
         free_ports=tuple(local_free_ports(ports.get(request.local_host.name, 0))),
     )
-    return tracker.Facts(job_id=job_id, hosts=hosts)
+    return tracker.Facts(job_id=job_id, hosts=hosts), unresolved
 
 
 @contextlib.contextmanager

@@ -441,7 +441,11 @@ def _check_no_loopback(request: JobRequest, tasks: Sequence[PlacedTask]) -> None
     if request.is_local_only:
         return
     for address in {t.address for t in tasks} | ({request.host_ip} if request.host_ip else set()):
-        if ipaddress.ip_address(address).is_loopback:
+        try:
+            is_loopback = ipaddress.ip_address(address).is_loopback
+        except ValueError:  # a name a dry run could not resolve here; launch uses the real IP
+            continue
+        if is_loopback:
             raise UsageError(
                 f"the job spans several machines, but {address} is a loopback address "
                 "that other machines cannot reach",

@@ -9,6 +9,7 @@ the agent to remote hosts; this module starts it on this machine and reads this 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import logging
@@ -191,6 +192,18 @@ def local_interfaces() -> dict[str, str]:
             if address.family == socket.AF_INET:
                 result.setdefault(name, address.address)
     return result
+
+
+def raise_open_file_limit() -> None:
+    """Up to the hard limit: a socket per host and a log per task pass the usual soft limit of
+    1024 at 256 hosts x 4 tasks."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def local_free_ports(count: int) -> list[int]:

@@ -282,3 +282,14 @@ def test_env_values_and_argv_reach_the_plan_unchanged(
         assert task.argv == tuple(command)
         for key, value in env.items():
             assert task.env[key] == value
+
+
+def test_a_dry_run_address_left_as_a_name_is_shown_not_rejected() -> None:
+    # A dry run cannot always resolve a host (an ssh-config-only alias): its plan shows the
+    # name, and the loopback check leaves it to the launch, which learns the real address.
+    request = make(num_workers=1, hosts=hosts("gpu-a\n"))
+    facts = facts_for(request)
+    named = dict(facts.hosts)
+    named["gpu-a"] = tracker.HostFacts(address="gpu-a")
+    p = tracker.plan_job(request, tracker.Facts(job_id="J", hosts=named))
+    assert p.task("worker.0").env["DMLC_NODE_HOST"] == "gpu-a"
