@@ -135,12 +135,12 @@ def dmlc_tracker(job: Job, setup: Setup) -> Command:
     return Command((*argv, *job.task_argv), {"PATH": path})
 
 
-def dtrain_system_python(job: Job, setup: Setup) -> Command:
-    """dtrain with its agent under the hosts' system python3, not `python3` from the login
-    PATH (a pyenv shim on these hosts): the candidate fix for the agent's boot time."""
+def dtrain_path_python(job: Job, setup: Setup) -> Command:
+    """dtrain with its agent under `python3` from the login PATH (a pyenv shim on these
+    hosts), where the default (auto) picks the system python3 first: what the default saves."""
     command = dtrain(job, setup)
     split = command.argv.index("--")
-    argv = (*command.argv[:split], "--remote-python", "/usr/bin/python3", *command.argv[split:])
+    argv = (*command.argv[:split], "--remote-python", "python3", *command.argv[split:])
     return Command(argv, command.env)
 
 
@@ -167,7 +167,7 @@ BUILDERS = {
     "ssh": ssh_per_task,
     "tracker": dmlc_tracker,
     "dtrain-local": dtrain_local,
-    "dtrain-syspy": dtrain_system_python,
+    "dtrain-pathpy": dtrain_path_python,
 }
 LABELS = {
     "dtrain": "dtrain",
@@ -175,7 +175,7 @@ LABELS = {
     "ssh": "ssh per task",
     "tracker": "dmlc tracker",
     "dtrain-local": "dtrain (local)",
-    "dtrain-syspy": "dtrain --remote-python /usr/bin/python3",
+    "dtrain-pathpy": "dtrain --remote-python python3 (login PATH)",
 }
 
 

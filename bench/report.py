@@ -429,7 +429,11 @@ class Report:
             cores = self.meta.get("machine", {}).get("cores") or 2
             if prof and "profile" in prof and remote_d is not None and remote_p is not None:
                 extra = remote_d - remote_p
-                shim = ", found through the pyenv shim" if mode == "as-is" else ", under /usr/bin"
+                shim = (
+                    ", under /usr/bin/python3, after the login shell's pyenv init"
+                    if (mode == "as-is")
+                    else ", under /usr/bin/python3"
+                )
                 out += [
                     "The launcher itself is not what is slow: in a profiled run (py-spy, all "
                     f"threads) it was on CPU for {prof['profile']['active_s']:.2f} s of that "
@@ -449,27 +453,16 @@ class Report:
         items = []
         a = cal.get("as-is")
         if a and a.get("agent_tuned_s") is not None:
-            variant = self.variant_rows("as-is")
-            measured = ""
-            if variant:
-                measured = (
-                    f" At {h}×{k} with the bashrc as-is, `--remote-python /usr/bin/python3` "
-                    f"launched in {variant[1]} against {variant[0]} for the default (pdsh "
-                    f"{variant[2]}), measured alternately in this run."
-                )
             items.append(
-                "- **The agent's python is found through the login PATH, which here is "
-                "pyenv's shim** (a bash script that runs `pyenv exec`, i.e. several more bash "
-                f"processes). Alone, the agent's boot and first answer take "
-                f"{secs(a['agent_s'])} under `python3` and {secs(a['agent_tuned_s'])} under "
-                f"`/usr/bin/python3`.{measured} The agent needs only a standard-library "
-                "Python >= 3.6, so the change is in `dtrain/transport.py`, `remote_command()`: "
-                "when `--remote-python` is not given, start the agent with the first of "
-                "`/usr/bin/python3`, `/usr/local/bin/python3` that is executable and fall back "
-                "to `python3` — i.e. emit `for p in /usr/bin/python3 /usr/local/bin/python3; "
-                "do [ -x \"$p\" ] && exec \"$p\" -c '…'; done; exec python3 -c '…'` (and make "
-                "`--remote-python`'s default `auto` in `dtrain/cli.py`, so an explicit value "
-                "still wins). Tasks keep the user's own python: only the agent moves."
+                "- **Which python runs the agent matters.** Through the login PATH, `python3` "
+                "is pyenv's shim here (a bash script that runs `pyenv exec`, i.e. several more "
+                f"bash processes): alone, the agent's boot and first answer take "
+                f"{secs(a['agent_s'])} under it and {secs(a['agent_tuned_s'])} under "
+                "`/usr/bin/python3`. dtrain's default `--remote-python auto` therefore tries "
+                "`/usr/bin/python3` and `/usr/local/bin/python3` before the login PATH "
+                "(`dtrain/transport.py`, `remote_command()`); the agent needs only a "
+                "standard-library Python >= 3.6, and tasks keep the user's own python. What "
+                "is left is one Python interpreter per host that pdsh does not start."
             )
         local = select(self.records, scenario="local-overhead")
         cli = med(select(local, launcher="import dtrain.cli"), "wall_s")
@@ -510,13 +503,13 @@ class Report:
             )
         items += self.throughput_analysis()
         items.append(
-            "- **Barriers between steps** (`dtrain/launcher.py`): `Hosts.open` connects every "
-            "host (`connect_all`) before any agent starts, then `gather_facts`, "
-            "`_hand_out_tasks` and the start request each wait for the slowest host. At 8 hosts "
-            "this costs little; with more hosts than `MAX_PARALLEL_CONNECTS` the agents of the "
-            "first wave wait for the last wave's connects. Move `open_link` + `AgentSession` "
-            "into the pool job that connects each host (`SshTransport._connect_one`'s caller), "
-            "so each host's agent boots as soon as its connection is up."
+            "- **Steps that wait for the slowest host** (`dtrain/launcher.py`): each host's "
+            "agent starts in the connect pool job as soon as that host is connected "
+            "(`SshTransport.try_connect_all(then=...)`), but the hello that gathers addresses "
+            "and ports, the task check and the start request are each one round trip that "
+            "waits for every host: the plan needs every host's address before any task can "
+            "be given its environment, and nothing may start anywhere until every host has "
+            "accepted its tasks. At 8 hosts that is three round trips of a few ms each."
         )
         return [*out, *items, ""]
 
@@ -599,16 +592,14 @@ class Report:
             f"- **One host's log stream: {d:.0f} MB/s under dtrain, {s:.0f} MB/s through raw "
             f"ssh** ({d / s:.2f}×)."
             f"{cost}{threads} Each chunk of output crosses three threads — paramiko's "
-            "transport thread (decrypt, MAC, `BufferedPipe`), the host's reader thread "
-            "(`AgentSession._read_loop`: `FrameReader.feed` copies every byte three times), "
-            "and the main thread (`Supervisor.on_agent_event`: an unbuffered write to the "
-            "task's log, then `TerminalConsole.task_output`, which re-copies it to prefix lines "
-            "and flushes) "
-            "— and each handoff is a Condition wait/notify fighting for the GIL. No one-line "
-            "fix: the direction is fewer copies and handoffs per byte (frames parsed from a "
-            "`memoryview`, the log write and prefixing done in the reader thread for output "
-            "frames, the supervisor fed only lifecycle events), or one relay process per group "
-            "of hosts so streams stop sharing one GIL."
+            "transport thread (AES-GCM, preferred by dtrain, and `BufferedPipe`), the host's "
+            "reader thread (`AgentSession._read_loop`, which reads each frame by its length: "
+            "one copy), and the main thread (`Supervisor.on_agent_event`: one write to the "
+            "task's log, then `TerminalConsole.task_output`, which prefixes lines in one "
+            "`replace` and writes them with `writev`) — and each handoff is a Condition "
+            "wait/notify fighting for the GIL. What is left is the handoffs and paramiko's "
+            "per-packet Python; the direction is one relay process per group of hosts, so "
+            "streams stop sharing one GIL, or the OpenSSH client as the byte carrier."
         ]
 
     def launch_profile(self, mode: str) -> Record | None:
@@ -656,7 +647,7 @@ class Report:
             return []
         return [
             secs(med(select(found, launcher=x), "launch_s"))
-            for x in ("dtrain", "dtrain-syspy", "pdsh")
+            for x in ("dtrain", "dtrain-pathpy", "pdsh")
         ]
 
     @staticmethod
@@ -701,22 +692,20 @@ class Report:
                         mode,
                         *(
                             cell(med(select(found, launcher=x), "launch_s"), ref)
-                            for x in ("dtrain", "dtrain-syspy", "pdsh")
+                            for x in ("dtrain", "dtrain-pathpy", "pdsh")
                         ),
                     ]
                 )
         if rows:
             h, k = self.head
             out += [
-                f"### A candidate fix, measured: the agent under the system python ({h}×{k})",
+                f"### The agent's python, measured ({h}×{k})",
                 "",
-                "The same launch with dtrain's existing `--remote-python /usr/bin/python3`, "
-                "alternating with the default and pdsh (see *Where dtrain misses* for the "
-                "change that would make it the default).",
+                "The same launch with the default `--remote-python auto` (the hosts' system "
+                "python3) and with `--remote-python python3` (whatever the login PATH finds "
+                "first: pyenv's shim here), alternating with pdsh.",
                 "",
-                *table(
-                    ["bashrc", "dtrain (default `python3`)", LABELS["dtrain-syspy"], "pdsh"], rows
-                ),
+                *table(["bashrc", "dtrain (default: auto)", LABELS["dtrain-pathpy"], "pdsh"], rows),
             ]
         return out
 
@@ -985,8 +974,8 @@ class Report:
             "Debian's bash reads `~/.bashrc` even for `ssh host cmd`; this one runs "
             "`pyenv init` and `pyenv virtualenv-init`. Every remote login shell pays it: pdsh "
             "one per host, one-ssh-per-task and the dmlc tracker one per task, dtrain one per "
-            "host (its agent's shell) — plus, for dtrain, the `python3` it finds on that PATH "
-            "is pyenv's shim, a bash script that runs `pyenv exec`.",
+            "host (its agent's shell); dtrain's agent then runs under the system python3, not "
+            "the pyenv shim the login PATH finds first.",
             "",
         ]
         cal = {

@@ -195,7 +195,7 @@ def phase_launch_more(ctx: scenarios.Context, settings: Settings, results: Resul
     trivial_jobs(ctx, settings, results, range((settings.reps + 1) // 2, settings.reps))
     hosts, per_host = settings.headline
     for rep in range(settings.reps):  # a candidate fix, measured beside what it would change
-        for launcher in rotated(["dtrain", "dtrain-syspy", "pdsh"], rep):
+        for launcher in rotated(["dtrain", "dtrain-pathpy", "pdsh"], rep):
             record = scenarios.job(ctx, launcher, hosts, per_host, "trivial", rep)
             results.add({**record, "scenario": "variant"})
     if settings.profile:
