@@ -9,7 +9,7 @@ need some launcher CPU and then some time elsewhere (network and the remote host
   connect+auth (at most MAX_PARALLEL_CONNECTS at a time) -> first channel -> agent boot and
   hello -> [every host] -> launch request -> [every host] -> start request -> [every host]
 
-with the barriers dtrain has between its requests. Per-step CPU and latency come from the
+with the waits dtrain has between its requests. Per-step CPU and latency come from the
 in-process calibration (bench/calibrate.py); whatever launcher CPU per host and per task the
 end-to-end runs show beyond that (events, heartbeats, threads) is charged to the start step.
 Fits are plain least squares on the measured runs.
@@ -83,19 +83,17 @@ def simulate(hosts: int, per_host: int, costs: Costs, width: int = DTRAIN_POOL_W
         cpu_free = begin + step.cpu_s
         return cpu_free + step.latency_s
 
-    # Connect: a pool of `width` slots; a slot frees when its host is connected.
+    # Connect: a pool of `width` slots; each slot connects its host, opens the agent's channel
+    # and sends the agent, then frees; the agent boots on its host while the pool goes on.
     slots = [costs.fixed_s] * min(width, hosts)
     heapq.heapify(slots)
-    connected = []
+    booted = []
     for _ in range(hosts):
         ready = heapq.heappop(slots)
-        done = serve(ready, costs.connect)
-        connected.append(done)
-        heapq.heappush(slots, done)
-    barrier = max(connected)  # connect_all waits for every host
-    booted = sorted(serve(barrier, costs.channel) for _ in range(hosts))
-    booted = [serve(t, costs.agent) for t in booted]
-    barrier = max(booted)
+        opened = serve(serve(ready, costs.connect), costs.channel)
+        heapq.heappush(slots, opened)
+        booted.append(serve(opened, costs.agent))
+    barrier = max(booted)  # the hello waits for every host's agent
     barrier = max(serve(barrier, costs.launch) for _ in range(hosts))
     start = Step(costs.start.cpu_s + per_host * costs.task_cpu_s, costs.start.latency_s * per_host)
     barrier = max(serve(barrier, start) for _ in range(hosts))
