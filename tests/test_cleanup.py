@@ -182,6 +182,24 @@ def test_job_selects_one_of_two_jobs(spawn: Spawner, tmp_path: Path) -> None:
     assert second not in result.stdout
 
 
+def test_a_job_process_in_another_pid_namespace_is_not_this_machines_to_stop(
+    spawn: Spawner, tmp_path: Path
+) -> None:
+    # A container's processes show in root's /proc, but no launcher here started them.
+    job = new_job()
+    tag = [f"{procs.JOB_VAR}={job}", f"{procs.TASK_VAR}=worker.0"]
+    contained = spawn(["unshare", "--pid", "--fork", "env", *tag, *SLEEPER])
+    deadline = time.monotonic() + 10
+    while not (inside := job_pids(job)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert inside, "the process in the new PID namespace did not start"
+    assert procs.pid_namespace(inside[0]) != procs.pid_namespace("self")
+    result = run_dtrain(["kill", "--job", job, "--grace", "1"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "nothing to stop" in result.stdout, result.stdout
+    assert all(procs.alive(pid) for pid in inside) and contained.poll() is None
+
+
 def test_dry_run_lists_and_kills_nothing(spawn: Spawner, tmp_path: Path) -> None:
     job = new_job()
     spawn([PYTHON, program("spawn_tree.py")], job)

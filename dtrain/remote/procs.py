@@ -139,16 +139,27 @@ def pids():
     return [int(name) for name in names if name.isdigit()]
 
 
-def snapshot(uid=None, with_tags=True, since_ticks=None):
+def pid_namespace(pid):
+    """The PID namespace `pid` lives in ('pid:[4026531836]'), or None when unreadable."""
+    try:
+        return os.readlink("/proc/%s/ns/pid" % pid)
+    except OSError:
+        return None
+
+
+def snapshot(uid=None, with_tags=True, since_ticks=None, own_namespace=False):
     """Every process of `uid` (default: ours), keyed by pid.
 
     With `since_ticks`, only the tags of processes started at or after that moment (in clock
     ticks since boot) are read: a task's strays cannot be older than the task, and reading
-    every environment on a busy host costs tens of milliseconds.
+    every environment on a busy host costs tens of milliseconds. With `own_namespace`, only
+    processes of our PID namespace: root's /proc also shows every container's processes,
+    which no launcher on this host started and no cleanup here should touch.
     """
     if uid is None:
         uid = os.getuid()
     btime = boot_time()
+    ours = pid_namespace("self") if own_namespace else None
     result = {}
     for pid in pids():
         try:
@@ -156,6 +167,8 @@ def snapshot(uid=None, with_tags=True, since_ticks=None):
         except OSError:
             continue
         if owner != uid:
+            continue
+        if ours is not None and pid_namespace(pid) not in (ours, None):
             continue
         stat = read_stat(pid)
         if stat is None:
@@ -346,8 +359,11 @@ def why_alive(pid, errors):
 
 
 def find(job=None, include_dmlc=True):
-    """(table, pids) of this user's job processes; never this process or the session it runs in."""
-    table = snapshot()
+    """(table, pids) of this user's job processes in this PID namespace.
+
+    Never this process or the session it runs in, nor a container's processes.
+    """
+    table = snapshot(own_namespace=True)
     selected = select_job_processes(
         table, job=job, include_dmlc=include_dmlc, exclude=ancestors(os.getpid(), table)
     )
