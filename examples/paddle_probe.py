@@ -37,7 +37,7 @@ def attempt(read: Callable[[], Any]) -> Any:
 
 
 def parallel_env_view() -> dict[str, Any]:
-    env = dist.ParallelEnv()  # type: ignore[no-untyped-call]
+    env = dist.ParallelEnv()
     return {
         "rank": env.rank,
         "world_size": env.world_size,

@@ -115,7 +115,8 @@ def wait_for_line(path: Path, needle: str, timeout_s: float = 20.0) -> str:
 
 def job_pids(job_id: str) -> list[int]:
     table = procs.snapshot()
-    return procs.select_job_processes(table, job=job_id)
+    pids: list[int] = procs.select_job_processes(table, job=job_id)
+    return pids
 
 
 def wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:

@@ -207,7 +207,7 @@ def test_scan_and_kill_find_tagged_processes_but_not_the_agent_itself(agent: Age
 
 
 env_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=60
 )
 _shared: list[Agent] = []
 

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,12 +108,12 @@ def wait_for_job(job: str, count: int, timeout_s: float = 10.0) -> list[int]:
     raise AssertionError(f"job {job}: {count} processes did not appear within {timeout_s}s")
 
 
-def kill_json(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+def kill_json(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     result = run_dtrain(["kill", "--json", *args], cwd)
     return result, json.loads(result.stdout)
 
 
-def host_entry(document: dict[str, object]) -> dict[str, object]:
+def host_entry(document: dict[str, Any]) -> dict[str, Any]:
     data = document["data"]
     assert isinstance(data, dict)
     (host,) = data["hosts"]

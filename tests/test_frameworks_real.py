@@ -20,7 +20,8 @@ EXAMPLES = ROOT / "examples"
 
 def job_document(cwd: Path) -> dict[str, Any]:
     latest = (cwd / "dtrain-logs" / "latest").resolve()
-    return json.loads((latest / "job.json").read_text())
+    document: dict[str, Any] = json.loads((latest / "job.json").read_text())
+    return document
 
 
 def json_lines(stdout: str) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,8 +41,9 @@ def log_dir_of(cwd: Path) -> Path:
     return dirs[0]
 
 
-def job_json(cwd: Path) -> dict:
-    return json.loads((log_dir_of(cwd) / "job.json").read_text())
+def job_json(cwd: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((log_dir_of(cwd) / "job.json").read_text())
+    return document
 
 
 def test_success_exits_zero_with_prefixed_output_logs_and_job_json(workdir: Path) -> None:
@@ -277,7 +279,9 @@ def test_descendants_die_with_their_task_even_outside_its_group(workdir: Path) -
     assert wait_gone(pids, 5) == []
 
 
-def start_and_wait(workdir: Path, args: list[str], ready: str = "ready worker.0") -> tuple:
+def start_and_wait(
+    workdir: Path, args: list[str], ready: str = "ready worker.0"
+) -> tuple[subprocess.Popen[str], str]:
     proc = start_dtrain(args, workdir)
     logs = workdir / "dtrain-logs"
     deadline = time.monotonic() + 20

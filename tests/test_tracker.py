@@ -259,13 +259,13 @@ def assert_golden(name: str, document: dict[str, Any]) -> None:
 
 
 env_values = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40
 )
 env_keys = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True).filter(
     lambda k: not k.startswith(("DMLC_", "DTRAIN_"))
 )
 argv_items = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=30
 )
 
 

@@ -70,7 +70,8 @@ def cluster_tasks(cluster: Cluster, job: str | None = None) -> list[int]:
 
 
 def all_tasks(job: str) -> list[int]:
-    return procs.select_job_processes(procs.snapshot(), job=job)
+    pids: list[int] = procs.select_job_processes(procs.snapshot(), job=job)
+    return pids
 
 
 def latest_job(cwd: Path) -> Path:
@@ -134,7 +135,7 @@ def test_mxnet_dist_sync_trains_over_three_hosts(cluster: Cluster, tmp_path: Pat
     assert result.returncode == 0, result.stderr[-3000:]
     checksums = re.findall(r"worker rank \d+ checksum (\S+)", result.stdout)
     assert len(checksums) == 4 and len(set(checksums)) == 1, result.stdout[-2000:]
-    assert assert_nothing_left(cluster, latest_job(tmp_path).name) is None
+    assert_nothing_left(cluster, latest_job(tmp_path).name)
 
 
 def test_more_tasks_on_one_host_than_sshd_max_sessions(cluster: Cluster, tmp_path: Path) -> None:
@@ -175,7 +176,7 @@ def test_env_never_appears_in_any_process_argv(cluster: Cluster, tmp_path: Path)
 
 
 arg_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40
 )
 
 
@@ -232,8 +233,8 @@ def test_worker_killed_on_a_remote_host_fails_the_job_everywhere(
     victim = next(
         pid
         for pid in cluster_tasks(cluster, job)
-        if procs.read_environ(pid).get("DTRAIN_TASK") == "worker.1"  # type: ignore[union-attr]
-        and procs.read_stat(pid)[2] == pid  # type: ignore[index]  # the task leader
+        if procs.read_environ(pid).get("DTRAIN_TASK") == "worker.1"
+        and procs.read_stat(pid)[2] == pid  # the task leader
     )
     killed_at = time.monotonic()
     subprocess.run(["kill", "-9", str(victim)], check=True)
