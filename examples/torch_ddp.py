@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import hashlib
 import os
 import sys
@@ -96,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
 
     digest, total = checksum(model.module)
     print(f"rank {rank} checksum {digest} {total:.6f} loss {loss.item():.4f}", flush=True)
+    # Free DDP's reducer while every peer is still connected, then leave together. Without
+    # this, torch 2.13's gloo aborts up to one exit in three on a busy machine ("terminate called
+    # without an active exception", SIGABRT; under torchrun too) once the other rank has gone.
+    del model, optimizer
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
