@@ -9,7 +9,6 @@ paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 
 from __future__ import annotations
 
 import base64
-import contextlib
 import getpass
 import hashlib
 import logging
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import paramiko
 
-from dtrain.errors import Problem
+from dtrain.errors import Problem, UsageError
 from dtrain.hosts import Host
 from dtrain.transport import SshOptions, agent_payload, remote_command
 
@@ -57,18 +56,62 @@ class SshTarget:
 def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
     """`--ssh-config FILE` alone (like `ssh -F`), else the user's then the system's config."""
     if options.config_file is not None:
-        return paramiko.SSHConfig.from_path(options.config_file)
+        paths = [str(options.config_file)]
+    else:
+        paths = [os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"]
     texts = []
-    for path in (os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"):
-        with contextlib.suppress(OSError):
-            texts.append(Path(path).read_text())
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except FileNotFoundError:
+            if options.config_file is not None:
+                raise UsageError(f"ssh config {path} does not exist") from None
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read ssh config {path}: {exc}") from None
+        try:  # parsed alone first, so an error names its own file
+            paramiko.SSHConfig.from_text(text)
+        except paramiko.ConfigParseError as exc:
+            raise UsageError(
+                f"ssh config {path}: {exc}",
+                hint="every line needs a keyword and a value; `ssh -G HOST` shows the faulty line",
+            ) from None
+        texts.append(text)
     return paramiko.SSHConfig.from_text("\n".join(texts))
+
+
+def _config_name(options: SshOptions) -> str:
+    if options.config_file is not None:
+        return str(options.config_file)
+    return f"{os.path.join(options.user_config_dir, 'config')} or /etc/ssh/ssh_config"
+
+
+def _config_number(
+    host: Host, found: paramiko.SSHConfigDict, key: str, options: SshOptions, default: float
+) -> float:
+    """A Port or ConnectTimeout, or an error naming the file, host and value (OpenSSH refuses
+    such a config too)."""
+    raw = found.get(key.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw) if key == "Port" else float(raw)
+    except ValueError:
+        value = -1
+    if value <= 0 or (key == "Port" and value > 65535):
+        expected = "a port (1-65535)" if key == "Port" else "a positive number of seconds"
+        raise UsageError(
+            f'ssh config {_config_name(options)} sets {key} "{raw}" for host {host.name}, '
+            f"which is not {expected}",
+            hint=f"fix the {key} line that applies to {host.name} (`ssh -G {host.name}` shows it)",
+        )
+    return value
 
 
 def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) -> SshTarget:
     """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do."""
     found = config.lookup(host.name)
-    port = host.port or int(found.get("port", 22))
+    port = host.port or int(_config_number(host, found, "Port", options, 22))
     user = host.user or found.get("user") or getpass.getuser()
     identities = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
     known = found.get("userknownhostsfile")
@@ -82,8 +125,17 @@ def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) 
     known_files = (*known_files, "/etc/ssh/ssh_known_hosts")
     timeout = options.connect_timeout_s
     if timeout is None:
-        timeout = float(found.get("connecttimeout", DEFAULT_CONNECT_TIMEOUT_S))
+        timeout = _config_number(host, found, "ConnectTimeout", options, DEFAULT_CONNECT_TIMEOUT_S)
     jump = found.get("proxyjump")
+    if jump not in (None, "none"):
+        for hop in jump.split(","):
+            _, _, port_text = hop.rpartition("@")[2].partition(":")
+            if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+                raise UsageError(
+                    f'ssh config {_config_name(options)} sets ProxyJump "{jump}" for host '
+                    f'{host.name}: "{port_text}" is not a port',
+                    hint="write each hop as [user@]host[:port], separated by commas",
+                )
     return SshTarget(
         alias=host.name,
         hostname=found.get("hostname", host.name),
@@ -182,6 +234,8 @@ class SshTransport:
                 problem = then(host)
             return problem
 
+        for host in hosts:  # a bad ssh config setting stops everything before any connection
+            self.target(host)
         problems: dict[str, Problem] = {}
         width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:

@@ -1,0 +1,111 @@
+"""How dtrain reads OpenSSH client config, and how it refuses a broken one before connecting.
+
+No network: every case here resolves settings or fails before the first connection. Reaching
+hosts through these settings is tested on the cluster (tests/cluster/test_launch_ssh.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dtrain.errors import ExitCode, UsageError
+from dtrain.hosts import Host
+from dtrain.ssh import DEFAULT_CONNECT_TIMEOUT_S, SshTransport
+from dtrain.transport import SshOptions
+from tests.conftest import run_dtrain
+
+CONFIG = """\
+Host node*
+  HostName 127.0.0.9
+  User trainer
+  Port 2222
+  IdentityFile ~/keys/id_node
+  IdentitiesOnly yes
+  UserKnownHostsFile /etc/cluster/known_hosts
+  StrictHostKeyChecking accept-new
+  ConnectTimeout 3
+  ProxyJump gate@bastion:2200
+"""
+
+
+def transport_for(tmp_path: Path, text: str, timeout_s: float | None = None) -> SshTransport:
+    config = tmp_path / "ssh_config"
+    config.write_text(text)
+    options = SshOptions(
+        config_file=str(config), connect_timeout_s=timeout_s, user_config_dir=str(tmp_path)
+    )
+    return SshTransport(options)
+
+
+def test_every_supported_setting_is_read_for_a_matching_alias(tmp_path: Path) -> None:
+    target = transport_for(tmp_path, CONFIG).target(Host(name="node1"))
+    assert (target.hostname, target.port, target.user) == ("127.0.0.9", 2222, "trainer")
+    assert target.identity_files == (str(Path("~/keys/id_node").expanduser()),)
+    assert target.identities_only is True
+    assert target.known_hosts_files == ("/etc/cluster/known_hosts", "/etc/ssh/ssh_known_hosts")
+    assert target.strict_host_keys == "accept-new"
+    assert target.connect_timeout_s == 3.0
+    assert target.proxy_jump == "gate@bastion:2200"
+
+
+def test_the_hosts_file_and_the_flag_win_over_the_config(tmp_path: Path) -> None:
+    transport = transport_for(tmp_path, CONFIG, timeout_s=0.5)
+    target = transport.target(Host(name="node1", user="me", port=2022))
+    assert (target.user, target.port, target.connect_timeout_s) == ("me", 2022, 0.5)
+
+
+def test_an_unmatched_host_gets_openssh_defaults(tmp_path: Path) -> None:
+    target = transport_for(tmp_path, CONFIG).target(Host(name="127.0.0.2"))
+    assert (target.hostname, target.port, target.proxy_jump) == ("127.0.0.2", 22, None)
+    assert target.connect_timeout_s == DEFAULT_CONNECT_TIMEOUT_S
+    assert target.strict_host_keys == "ask"
+    assert target.known_hosts_files[0] == str(tmp_path / "known_hosts")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("Port abc", 'sets Port "abc" for host node1, which is not a port (1-65535)'),
+        ("Port 70000", 'sets Port "70000" for host node1, which is not a port (1-65535)'),
+        ("Port 0", 'sets Port "0" for host node1, which is not a port (1-65535)'),
+        ("ConnectTimeout soon", "which is not a positive number of seconds"),
+        ("ProxyJump gate:ssh", 'sets ProxyJump "gate:ssh" for host node1: "ssh" is not a port'),
+    ],
+)
+def test_a_bad_value_names_the_file_the_host_and_the_value(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    transport = transport_for(tmp_path, f"Host node1\n  {line}\n")
+    with pytest.raises(UsageError) as caught:
+        transport.target(Host(name="node1"))
+    assert message in str(caught.value)
+    assert str(tmp_path / "ssh_config") in str(caught.value)
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+def test_an_unparsable_line_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"ssh_config: Unparsable line Port"):
+        transport_for(tmp_path, "Host node1\n  HostName 127.0.0.2\n  Port\n")
+
+
+def test_the_default_configs_are_named_one_by_one(tmp_path: Path) -> None:
+    (tmp_path / "config").write_text("Host *\n  User\n")
+    with pytest.raises(UsageError, match=rf"ssh config {tmp_path}/config: Unparsable line User"):
+        SshTransport(SshOptions(user_config_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("command", [["launch", "-n", "1"], ["doctor"], ["ps"], ["kill"]])
+def test_every_command_refuses_a_broken_config_before_connecting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "hosts").write_text("127.0.0.2\n")
+    (tmp_path / "cfg").write_text("Host 127.0.0.2\n  Port ssh\n")
+    tail = ["--", "true"] if command[0] in ("launch", "doctor") else []
+    args = [*command, "-H", "hosts", "--ssh-config", "cfg", *tail]
+    result = run_dtrain(args, tmp_path, timeout_s=30)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.startswith('dtrain: ssh config cfg sets Port "ssh" for host 127.0.0.2')
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
