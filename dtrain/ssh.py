@@ -80,6 +80,16 @@ def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
     return paramiko.SSHConfig.from_text("\n".join(texts))
 
 
+def split_jump_hop(hop: str) -> tuple[str, str, str]:
+    """(user, host, port) of one ProxyJump hop, `[user@]host[:port]` or `[user@][v6addr][:port]`."""
+    user, _, rest = hop.rpartition("@")
+    if rest.startswith("[") and "]" in rest:
+        name, _, tail = rest[1:].partition("]")
+        return user, name, tail.removeprefix(":")
+    name, _, port = rest.partition(":")
+    return user, name, port
+
+
 def _config_name(options: SshOptions) -> str:
     if options.config_file is not None:
         return str(options.config_file)
@@ -129,7 +139,7 @@ def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) 
     jump = found.get("proxyjump")
     if jump not in (None, "none"):
         for hop in jump.split(","):
-            _, _, port_text = hop.rpartition("@")[2].partition(":")
+            _, _, port_text = split_jump_hop(hop)
             if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
                 raise UsageError(
                     f'ssh config {_config_name(options)} sets ProxyJump "{jump}" for host '
@@ -286,8 +296,7 @@ class SshTransport:
         with self._lock:
             if spec in self._jumps:
                 return self._jumps[spec]
-        user, _, rest = spec.rpartition("@")
-        name, _, port = rest.partition(":")
+        user, name, port = split_jump_hop(spec)
         jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
         client = self._connect(self.target(jump_host))
         with self._lock:

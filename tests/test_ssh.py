@@ -12,7 +12,7 @@ import pytest
 
 from dtrain.errors import ExitCode, UsageError
 from dtrain.hosts import Host
-from dtrain.ssh import DEFAULT_CONNECT_TIMEOUT_S, SshTransport
+from dtrain.ssh import DEFAULT_CONNECT_TIMEOUT_S, SshTransport, split_jump_hop
 from dtrain.transport import SshOptions
 from tests.conftest import run_dtrain
 
@@ -109,3 +109,16 @@ def test_every_command_refuses_a_broken_config_before_connecting(
     assert result.stderr.startswith('dtrain: ssh config cfg sets Port "ssh" for host 127.0.0.2')
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("hop", "parts"),
+    [
+        ("bastion", ("", "bastion", "")),
+        ("gate@bastion:2200", ("gate", "bastion", "2200")),
+        ("[fd00::1]:2200", ("", "fd00::1", "2200")),
+        ("me@[fd00::1]", ("me", "fd00::1", "")),
+    ],
+)
+def test_proxy_jump_hops_split_like_openssh(hop: str, parts: tuple[str, str, str]) -> None:
+    assert split_jump_hop(hop) == parts
