@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs, then run it: lint, types, and every test.
 #
-#   sudo bash scripts/test.sh            # the whole suite (about 10 minutes on 2 cores)
-#   sudo bash scripts/test.sh -k ssh     # extra arguments go to pytest
+#   bash scripts/test.sh            # the whole suite (about 10 minutes on 2 cores)
+#   bash scripts/test.sh -k ssh     # extra arguments go to pytest
 #
-# Needs root: the suite builds its own ssh cluster (network namespaces, one sshd per host).
+# Needs root (sudo from another account): the suite builds its own ssh cluster (network
+# namespaces, one sshd per host).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
