@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,8 @@ from typing import Any
 from dtrain import parity
 from dtrain.errors import ExitCode, Problem
 from dtrain.frameworks import MANAGED_VARS
-from dtrain.hostprocs import HostScan, JobProcess
+from dtrain.hostprocs import JOB_VAR, ROLE_VAR, HostScan, JobProcess, duration_text
+from dtrain.hosts import is_loopback
 from dtrain.plan import Framework
 
 CHECKS = (
@@ -352,8 +352,6 @@ def judge_packages(survey: Survey) -> Verdicts:
             )
             continue
         serious = [d for d in mine if d.kind != "extra"]
-        listed = "; ".join(d.text() for d in mine[:MAX_LISTED])
-        more = f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else ""
         wanted = [d for d in serious if d.majority is not None][:MAX_LISTED]
         pins = " ".join(shlex.quote(f"{d.name}=={d.majority}") for d in wanted)
         hint = (
@@ -366,7 +364,7 @@ def judge_packages(survey: Survey) -> Verdicts:
             name,
             Status.FAIL if serious else Status.WARN,
             f"{len(mine)} distribution{'s' if len(mine) != 1 else ''} differ from the "
-            f"other hosts: {listed}{more}",
+            f"other hosts: {_listed([d.text() for d in mine])}",
             hint,
         )
     return _unchecked(survey, "packages", verdicts)
@@ -451,15 +449,17 @@ def judge_env(survey: Survey) -> Verdicts:
     verdicts: Verdicts = {}
     keys = compared_env_keys(survey)
     odd: dict[str, list[str]] = {}
+    probed = _probed(survey)
+    local_name = _local_name(survey)
     for key in keys:
-        values = {h.name: (h.probe.get("env") or {}).get(key) for h in _probed(survey)}
-        verdict = parity.majority(values, prefer=_local_name(survey))
+        values = {h.name: (h.probe.get("env") or {}).get(key) for h in probed}
+        verdict = parity.majority(values, prefer=local_name)
         for name, value in verdict.odd.items():
             usual = "unset" if verdict.value is None else f"{key}={verdict.value}"
             mine = "unset" if value is None else f"{key}={value}"
             odd.setdefault(name, []).append(f"{mine} (others: {usual})")
     forwarded = ", ".join(sorted(survey.forwarded_env))
-    for host in _probed(survey):
+    for host in probed:
         found = odd.get(host.name)
         if found:
             verdicts[host.name] = CheckResult(
@@ -551,13 +551,6 @@ def judge_clock(survey: Survey) -> Verdicts:
     return _unchecked(survey, "clock", verdicts)
 
 
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
 UNROUTABLE = ("no route to host", "network unreachable")
 
 
@@ -569,7 +562,7 @@ def judge_address(survey: Survey) -> Verdicts:
         address = host.advertised
         addresses = ", ".join(f"{k} {v}" for k, v in sorted(host.interfaces.items())) or "none"
         incoming = [c for c in survey.connects if c.dst == host.name]
-        if survey.is_multi_host and _is_loopback(address):
+        if survey.is_multi_host and is_loopback(address):
             verdicts[host.name] = CheckResult(
                 "address",
                 host.name,
@@ -605,7 +598,7 @@ def _hostname_verdict(host: Observed, address: str, is_multi_host: bool) -> Chec
     naming: Mapping[str, Any] = host.probe.get("hostname") or {}
     resolved = [str(a) for a in naming.get("addresses") or []]
     name = naming.get("hostname", host.name)
-    if is_multi_host and resolved and all(_is_loopback(a) for a in resolved):
+    if is_multi_host and resolved and all(is_loopback(a) for a in resolved):
         return CheckResult(
             "address",
             host.name,
@@ -701,11 +694,11 @@ def _holder_text(holder: Mapping[str, Any], now: float) -> str:
     tags: Mapping[str, str] = holder.get("tags") or {}
     parts = [f"pid {holder['pid']}"]
     if holder.get("start"):
-        parts.append(f"age {_age(now - float(holder['start']))}")
-    if tags.get("DTRAIN_JOB_ID"):
-        parts.append(f"job {tags['DTRAIN_JOB_ID']}")
-    if tags.get("DMLC_ROLE"):
-        parts.append(f"DMLC_ROLE={tags['DMLC_ROLE']}")
+        parts.append(f"age {duration_text(max(0, now - float(holder['start'])))}")
+    if tags.get(JOB_VAR):
+        parts.append(f"job {tags[JOB_VAR]}")
+    if tags.get(ROLE_VAR):
+        parts.append(f"DMLC_ROLE={tags[ROLE_VAR]}")
     command = shlex.join(holder.get("cmdline") or [])[:120]
     return f"{', '.join(parts)}: {command}"
 
@@ -713,16 +706,16 @@ def _holder_text(holder: Mapping[str, Any], now: float) -> str:
 def _holder_hint(survey: Survey, scheduler: Scheduler) -> str:
     jobs = sorted(
         {
-            str((h.get("tags") or {}).get("DTRAIN_JOB_ID"))
+            str((h.get("tags") or {}).get(JOB_VAR))
             for h in scheduler.holders
-            if (h.get("tags") or {}).get("DTRAIN_JOB_ID")
+            if (h.get("tags") or {}).get(JOB_VAR)
         }
     )
     local = survey.local is not None and survey.local.name == scheduler.host
     prefix = "dtrain kill" if local else survey.kill_command
     if jobs:
         return "stop it: " + "; ".join(f"{prefix} --job {job}" for job in jobs)
-    if any((h.get("tags") or {}).get("DMLC_ROLE") for h in scheduler.holders):
+    if any((h.get("tags") or {}).get(ROLE_VAR) for h in scheduler.holders):
         return f"stop it: {prefix}"
     pids = " ".join(str(h["pid"]) for h in scheduler.holders if h.get("pid"))
     other = f"stop it (kill {pids}) or " if pids else ""
@@ -782,15 +775,15 @@ def judge_firewall(survey: Survey) -> Verdicts:
                 f"TCP to and from {others} host{'s' if others != 1 else ''} on high ports",
             )
             continue
-        listed = "; ".join(c.text() for c in mine[:MAX_LISTED])
-        more = f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else ""
         tools = _tools_text(host)
         hint = (
             f"open TCP ports {PORT_RANGE_TEXT} on {host.name} to the other hosts (ps-lite's "
             "servers and workers bind random ports there)"
             + (f"; rules found: {tools}" if tools else "")
         )
-        verdicts[host.name] = CheckResult("firewall", host.name, Status.FAIL, listed + more, hint)
+        verdicts[host.name] = CheckResult(
+            "firewall", host.name, Status.FAIL, _listed([c.text() for c in mine]), hint
+        )
     return _unchecked(survey, "firewall", verdicts)
 
 
@@ -804,33 +797,27 @@ def _tools_text(host: Observed) -> str:
     return "; ".join(parts)
 
 
-def _age(seconds: float) -> str:
-    total = max(0, int(seconds))
-    if total < 60:
-        return f"{total}s"
-    if total < 3600:
-        return f"{total // 60}m{total % 60:02d}s"
-    if total < 86400:
-        return f"{total // 3600}h{total % 3600 // 60:02d}m"
-    return f"{total // 86400}d{total % 86400 // 3600:02d}h"
-
-
 def _process_text(proc: JobProcess) -> str:
     who = f"{proc.label} of job {proc.job_id}" if proc.job_id else f"DMLC_ROLE={proc.role}"
     if proc.inherited_from is not None:
         who = f"child of {proc.inherited_from}, {who}"
     command = shlex.join(proc.command)[:100]
-    return f"pid {proc.pid} ({who}, age {_age(proc.age_s)}): {command}"
+    return f"pid {proc.pid} ({who}, age {duration_text(proc.age_s)}): {command}"
 
 
 def _count(processes: Sequence[JobProcess]) -> str:
     return f"{len(processes)} job process{'es' if len(processes) != 1 else ''}"
 
 
-def _listing(processes: Sequence[JobProcess]) -> str:
-    listed = "; ".join(_process_text(p) for p in processes[:MAX_LISTED])
-    more = len(processes) - MAX_LISTED
+def _listed(texts: Sequence[str]) -> str:
+    """The first MAX_LISTED texts joined by "; ", and how many more there are."""
+    listed = "; ".join(texts[:MAX_LISTED])
+    more = len(texts) - MAX_LISTED
     return listed + (f"; and {more} more" if more > 0 else "")
+
+
+def _listing(processes: Sequence[JobProcess]) -> str:
+    return _listed([_process_text(p) for p in processes])
 
 
 def kill_lines(processes: Sequence[JobProcess], kill_command: str) -> list[str]:

@@ -88,8 +88,6 @@ MANAGED_VARS: Mapping[Framework, frozenset[str]] = {
     ),
 }
 
-TF_PLACEHOLDERS = ("{ps_hosts}", "{worker_hosts}", "{chief_hosts}", "{job_name}", "{task_index}")
-
 
 @dataclass(frozen=True, slots=True)
 class Shape:
@@ -173,7 +171,7 @@ def forwarded_env(framework: Framework, environ: Mapping[str, str]) -> dict[str,
     return {
         key: value
         for key, value in sorted(environ.items())
-        if key.startswith(prefixes) and key not in managed and not key.startswith("DTRAIN_")
+        if key.startswith(prefixes) and key not in managed
     }
 
 

@@ -12,9 +12,10 @@ from enum import Enum
 from typing import Any
 
 from dtrain.errors import ExitCode, Problem
+from dtrain.frameworks import JOB_ID_VAR
+from dtrain.frameworks import TASK_VAR as TASK_VAR  # kept as hostprocs.TASK_VAR
 
-JOB_VAR = "DTRAIN_JOB_ID"
-TASK_VAR = "DTRAIN_TASK"
+JOB_VAR = JOB_ID_VAR
 ROLE_VAR = "DMLC_ROLE"
 
 
@@ -100,6 +101,21 @@ class JobProcess:
         }
 
 
+def duration_text(seconds: float) -> str:
+    """A process age the way people say it: 42s, 5m03s, 3h05m, 2d04h."""
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
 def by_job(processes: Iterable[JobProcess]) -> dict[str | None, tuple[JobProcess, ...]]:
     """Processes grouped by dtrain job id (None: DMLC processes dtrain did not start)."""
     groups: dict[str | None, list[JobProcess]] = {}
@@ -172,13 +188,6 @@ class HostKill:
         if any(s.pid == pid for s in self.survivors):
             return Fate.SURVIVED
         return Fate.LISTED
-
-    @property
-    def is_clean(self) -> bool:
-        """Reached, and nothing of what was found is left (a dry run leaves everything)."""
-        if self.error is not None or self.survivors:
-            return False
-        return not self.dry_run or not self.scan.processes
 
     def to_dict(self) -> dict[str, object]:
         document = self.scan.to_dict()

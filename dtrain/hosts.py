@@ -72,6 +72,14 @@ class Host:
         }
 
 
+def is_loopback(address: str) -> bool:
+    """Whether `address` is a loopback IP (127.0.0.0/8, ::1); False for names."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def local_host(name: str) -> Host:
     """The launching machine, named as its hostname."""
     return Host(name=name, is_local=True)

@@ -156,9 +156,6 @@ class JobPlan:
     def is_multi_host(self) -> bool:
         return any(not host.is_local for host in self.hosts)
 
-    def tasks_on(self, host: Host) -> tuple[TaskSpec, ...]:
-        return tuple(task for task in self.tasks if task.host.name == host.name)
-
     def task(self, name: str) -> TaskSpec:
         for task in self.tasks:
             if task.name == name:

@@ -10,6 +10,7 @@ from typing import Any
 from dtrain.diagnosis import CheckResult, DoctorReport, Status
 from dtrain.errors import Problem
 from dtrain.hostprocs import Fate, HostKill, HostScan, JobProcess
+from dtrain.hostprocs import duration_text as duration_text  # re-exported for callers
 from dtrain.plan import JobPlan
 from dtrain.results import JobResult, JobState, TaskExit, signal_name
 
@@ -370,21 +371,6 @@ def _kill_total(kills: Sequence[HostKill]) -> str:
     if len(reached) < len(kills):
         tail += " on those"
     return f"stopped {_count(stopped, 'process')} on {hosts}; {tail}"
-
-
-def duration_text(seconds: float) -> str:
-    """A process age the way people say it: 42s, 5m03s, 3h05m, 2d04h."""
-    total = int(seconds)
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def cpu_text(seconds: float) -> str:

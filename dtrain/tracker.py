@@ -22,7 +22,7 @@ from datetime import datetime
 
 from dtrain import frameworks
 from dtrain.errors import DtrainError, UsageError
-from dtrain.hosts import Host
+from dtrain.hosts import Host, is_loopback
 from dtrain.plan import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
 
 ENV_HINT = "write --env KEY=VALUE, or --env KEY to pass KEY from this shell"
@@ -232,10 +232,15 @@ def _round_robin(
 ) -> list[PlacedTask]:
     cycle = slot_cycle(hosts)
     chosen = [cycle[(offset + i) % len(cycle)] for i in range(count)]
+    totals: dict[str, int] = {}
+    for host in chosen:
+        totals[host.name] = totals.get(host.name, 0) + 1
+    seen: dict[str, int] = {}
     result = []
     for index, host in enumerate(chosen):
-        same = [i for i, h in enumerate(chosen) if h.name == host.name]
-        result.append(_placed(role, index, host, hosts, same.index(index), len(same)))
+        local_rank = seen.get(host.name, 0)
+        seen[host.name] = local_rank + 1
+        result.append(_placed(role, index, host, hosts, local_rank, totals[host.name]))
     return result
 
 
@@ -441,11 +446,8 @@ def _check_no_loopback(request: JobRequest, tasks: Sequence[PlacedTask]) -> None
     if request.is_local_only:
         return
     for address in {t.address for t in tasks} | ({request.host_ip} if request.host_ip else set()):
-        try:
-            is_loopback = ipaddress.ip_address(address).is_loopback
-        except ValueError:  # a name a dry run could not resolve here; launch uses the real IP
-            continue
-        if is_loopback:
+        # A name a dry run could not resolve here is not loopback: launch uses the real IP.
+        if is_loopback(address):
             raise UsageError(
                 f"the job spans several machines, but {address} is a loopback address "
                 "that other machines cannot reach",
