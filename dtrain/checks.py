@@ -32,8 +32,8 @@ from dtrain.diagnosis import (
 from dtrain.errors import Problem, RemoteError
 from dtrain.hostprocs import HostScan
 from dtrain.hosts import Host, local_host
-from dtrain.launcher import Hosts
-from dtrain.transport import SshOptions, local_free_ports, local_hostname, route_address
+from dtrain.launcher import Hosts, _local_address
+from dtrain.transport import SshOptions, local_free_ports, local_hostname
 
 logger = logging.getLogger(__name__)
 
@@ -152,11 +152,9 @@ def gather(
         for h in request.hosts
         if h.name in hello
     ]
-    here_address = request.host_ip or (
-        route_address(remote_addresses[0]) if remote_addresses else None
-    )
+    here_address = request.host_ip or _local_address(remote_addresses)
     advertised = {
-        h.name: advertised_address(h, hello[h.name], request.interface, here_address or "127.0.0.1")
+        h.name: advertised_address(h, hello[h.name], request.interface, here_address)
         for h in everyone
         if h.name in hello
     }
@@ -218,9 +216,7 @@ def gather(
         workdir=request.workdir,
         sync_dst=request.sync_dst,
         forwarded_env=frozenset(
-            key
-            for key in request.shell_env
-            if key.startswith(("DMLC_", "PS_", "BYTEPS_")) and not key.startswith("DTRAIN_")
+            key for key in request.shell_env if key.startswith(("DMLC_", "PS_", "BYTEPS_"))
         ),
         kill_command=request.kill_command,
         wait_s=request.wait_s,

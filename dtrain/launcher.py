@@ -32,7 +32,7 @@ from dtrain.agents import (
 )
 from dtrain.errors import ConnectError, PreflightFailed, Problem, RemoteError
 from dtrain.hosts import Host
-from dtrain.plan import JobPlan
+from dtrain.plan import JobPlan, PlacedTask
 from dtrain.results import JobResult
 from dtrain.supervise import Console, Interrupt, Supervisor, SupervisorOptions
 from dtrain.transport import (
@@ -336,11 +336,11 @@ class Launch:
     on_planned: Callable[[JobPlan, Path], None] | None = None
 
     def run(self) -> JobResult:
-        tracker.place(self.request)  # bad requests fail before any connection
+        placed = tracker.place(self.request)  # bad requests fail before any connection
         hosts = Hosts(self.options.ssh, self.options.remote_python)
         phase = _PhaseClock()
         try:
-            planned_hosts = _hosts_of(self.request)
+            planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
@@ -371,7 +371,6 @@ class Launch:
                             timeout_s=self.options.timeout_s,
                             lease_s=self.options.lease_s,
                             linger_s=self.options.grace_s,
-                            traceback_timeout_s=self.options.traceback_timeout_s,
                         ),
                     )
                     run_on_all(
@@ -472,8 +471,9 @@ class _PhaseClock:
         self.last = now
 
 
-def _hosts_of(request: tracker.JobRequest) -> list[Host]:
+def _hosts_of(placed: Sequence[PlacedTask]) -> list[Host]:
+    """The hosts the tasks were placed on, each once, in order of first use."""
     seen: dict[str, Host] = {}
-    for task in tracker.place(request):
+    for task in placed:
         seen.setdefault(task.host.name, task.host)
     return list(seen.values())

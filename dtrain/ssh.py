@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,6 @@ MAX_PARALLEL_CONNECTS = 32
 class SshTarget:
     """One host's ssh settings, resolved the way OpenSSH would resolve them."""
 
-    alias: str
     hostname: str
     port: int
     user: str
@@ -53,14 +52,17 @@ class SshTarget:
         return f"{self.hostname}:{self.port}"
 
 
-def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
+def _config_paths(options: SshOptions) -> list[str]:
     """`--ssh-config FILE` alone (like `ssh -F`), else the user's then the system's config."""
     if options.config_file is not None:
-        paths = [str(options.config_file)]
-    else:
-        paths = [os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"]
+        return [str(options.config_file)]
+    return [os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"]
+
+
+def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
+    """The settings of every file `_config_paths` names, in order."""
     texts = []
-    for path in paths:
+    for path in _config_paths(options):
         try:
             text = Path(path).read_text()
         except FileNotFoundError:
@@ -91,9 +93,7 @@ def split_jump_hop(hop: str) -> tuple[str, str, str]:
 
 
 def _config_name(options: SshOptions) -> str:
-    if options.config_file is not None:
-        return str(options.config_file)
-    return f"{os.path.join(options.user_config_dir, 'config')} or /etc/ssh/ssh_config"
+    return " or ".join(_config_paths(options))
 
 
 def _config_number(
@@ -147,7 +147,6 @@ def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) 
                     hint="write each hop as [user@]host[:port], separated by commas",
                 )
     return SshTarget(
-        alias=host.name,
         hostname=found.get("hostname", host.name),
         port=port,
         user=user,
@@ -223,7 +222,12 @@ class SshTransport:
         self.config = load_ssh_config(options)
         self.clients: dict[str, paramiko.SSHClient] = {}
         self.connect_times_s: dict[str, float] = {}
-        self._jumps: dict[str, paramiko.SSHClient] = {}
+        # One connection per ProxyJump spec, shared by every host behind it: a Future while
+        # the first host that needs it connects, so the others wait for it instead of each
+        # opening (and leaking) their own.
+        self._jumps: dict[str, Future[paramiko.SSHClient]] = {}
+        self._spare_jumps: list[paramiko.SSHClient] = []  # nested hops that could not wait
+        self._jump_depth = threading.local()
         self._lock = threading.Lock()
 
     def target(self, host: Host) -> SshTarget:
@@ -238,25 +242,24 @@ class SshTransport:
         host's next step (starting its agent) never waits for the slowest connection.
         """
 
-        def one(host: Host) -> Problem | None:
-            problem = self._connect_one(host)
+        def one(host: Host, target: SshTarget) -> Problem | None:
+            problem = self._connect_one(host, target)
             if problem is None and then is not None:
                 problem = then(host)
             return problem
 
-        for host in hosts:  # a bad ssh config setting stops everything before any connection
-            self.target(host)
+        # a bad ssh config setting stops everything before any connection
+        targets = [self.target(host) for host in hosts]
         problems: dict[str, Problem] = {}
         width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:
-            outcomes = list(pool.map(one, hosts))
+            outcomes = list(pool.map(one, hosts, targets))
         for host, problem in zip(hosts, outcomes, strict=True):
             if problem is not None:
                 problems[host.name] = problem
         return problems
 
-    def _connect_one(self, host: Host) -> Problem | None:
-        target = self.target(host)
+    def _connect_one(self, host: Host, target: SshTarget) -> Problem | None:
         started = time.monotonic()
         last: Problem | None = None
         for attempt in range(2):
@@ -293,15 +296,43 @@ class SshTransport:
         return sock
 
     def _jump_client(self, spec: str) -> paramiko.SSHClient:
+        """The one connection to a ProxyJump host, opened by the first host that needs it.
+
+        A failure is handed to the hosts waiting for that attempt and forgotten, so a retry
+        connects afresh. A hop reached through another hop never waits (a ProxyJump cycle
+        across threads would deadlock): unless that connection is ready, it opens its own.
+        """
         with self._lock:
-            if spec in self._jumps:
-                return self._jumps[spec]
+            pending = self._jumps.get(spec)
+            is_first = pending is None
+            if pending is None:
+                pending = self._jumps[spec] = Future()
+        if not is_first:
+            if pending.done() or not getattr(self._jump_depth, "value", 0):
+                return pending.result()
+            client = self._connect_jump(spec)
+            with self._lock:
+                self._spare_jumps.append(client)
+            return client
+        try:
+            client = self._connect_jump(spec)
+        except BaseException as exc:
+            with self._lock:
+                del self._jumps[spec]
+            pending.set_exception(exc)
+            raise
+        pending.set_result(client)
+        return client
+
+    def _connect_jump(self, spec: str) -> paramiko.SSHClient:
         user, name, port = split_jump_hop(spec)
         jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
-        client = self._connect(self.target(jump_host))
-        with self._lock:
-            self._jumps[spec] = client
-        return client
+        depth = getattr(self._jump_depth, "value", 0)
+        self._jump_depth.value = depth + 1
+        try:
+            return self._connect(self.target(jump_host))
+        finally:
+            self._jump_depth.value = depth
 
     def _connect(self, target: SshTarget) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
@@ -336,7 +367,7 @@ class SshTransport:
             raise
         return client
 
-    def open_link(self, host: Host, python: str = "python3") -> SshLink:
+    def open_link(self, host: Host, python: str) -> SshLink:
         client = self.clients[host.name]
         return SshLink(client, remote_command(python))
 
@@ -347,10 +378,16 @@ class SshTransport:
             client.close()
 
     def close(self) -> None:
-        for client in [*self.clients.values(), *self._jumps.values()]:
+        jumps = [
+            pending.result()
+            for pending in self._jumps.values()
+            if pending.done() and pending.exception() is None
+        ]
+        for client in [*self.clients.values(), *jumps, *self._spare_jumps]:
             client.close()
         self.clients.clear()
         self._jumps.clear()
+        self._spare_jumps.clear()
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 STDERR_TAIL_BYTES = 16384
 KILL_AFTER_GRACE_S = 2.0  # after the grace, KILL what did not report an exit
 GIVE_UP_AFTER_KILL_S = 3.0  # after that, stop waiting for a host that does not answer
+POLL_S = 0.2  # the longest the loop waits for an event before checking its timers
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,6 @@ class SupervisorOptions:
     timeout_s: float | None = None
     lease_s: float = 15.0
     linger_s: float = 5.0
-    traceback_timeout_s: float = 10.0
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Supervisor:
         try:
             while not self.is_done():
                 try:
-                    event = self.events.get(timeout=self._wait_s())
+                    event = self.events.get(timeout=POLL_S)
                 except queue.Empty:
                     event = None
                 if event is not None:
@@ -128,9 +128,6 @@ class Supervisor:
 
     def is_done(self) -> bool:
         return all(run.exit is not None for run in self.runs.values())
-
-    def _wait_s(self) -> float:
-        return 0.2
 
     def handle(self, event: Event | Interrupt) -> None:
         if isinstance(event, Interrupt):
@@ -151,7 +148,7 @@ class Supervisor:
             is_stderr = event.kind == proto.STDERR
             run.log.write(event.payload)
             if is_stderr:
-                run.stderr += event.payload
+                run.stderr += event.payload[-STDERR_TAIL_BYTES:]  # the rest would be cut
                 del run.stderr[:-STDERR_TAIL_BYTES]
             self.console.task_output(run.spec, is_stderr, event.payload)
         elif event.kind == proto.STARTED:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.agents import AgentSession, in_parallel
@@ -30,10 +30,6 @@ class Manifest:
     files: tuple[tuple[str, int, int, int], ...]  # (relative path, size, mtime_ns, mode)
     links: tuple[tuple[str, str], ...]
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(size for _, size, _, _ in self.files)
-
 
 @dataclass
 class HostSync:
@@ -41,16 +37,13 @@ class HostSync:
     files_sent: int = 0
     bytes_sent: int = 0
     unchanged: int = 0
-    seconds: float = 0.0
-    error: str | None = field(default=None, repr=False)
 
 
-def _excluded(rel: str, excludes: Sequence[str]) -> bool:
-    parts = rel.split("/")
+def _excluded(name: str, rel: str, excludes: Sequence[str]) -> bool:
+    """Whether a pattern matches the entry's name or its whole relative path. Its folders'
+    names were matched when the walk entered them (an excluded folder is never entered)."""
     return any(
-        fnmatch.fnmatch(part, pattern) or fnmatch.fnmatch(rel, pattern)
-        for pattern in excludes
-        for part in parts
+        fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern) for pattern in excludes
     )
 
 
@@ -64,7 +57,7 @@ def build_manifest(root: Path, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> Ma
         kept = []
         for name in sorted(dirnames):
             rel = name if base == "." else f"{base}/{name}"
-            if _excluded(rel, excludes):
+            if _excluded(name, rel, excludes):
                 continue
             path = os.path.join(current, name)
             if os.path.islink(path):
@@ -75,13 +68,13 @@ def build_manifest(root: Path, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> Ma
         dirnames[:] = kept
         for name in sorted(filenames):
             rel = name if base == "." else f"{base}/{name}"
-            if _excluded(rel, excludes):
+            if _excluded(name, rel, excludes):
                 continue
             path = os.path.join(current, name)
             st = os.lstat(path)
-            if os.path.islink(path):
+            if stat.S_ISLNK(st.st_mode):
                 links.append((rel, os.readlink(path)))
-            elif os.path.isfile(path):
+            elif stat.S_ISREG(st.st_mode):
                 files.append((rel, st.st_size, st.st_mtime_ns, st.st_mode))
     return Manifest(Path(root), tuple(dirs), tuple(files), tuple(links))
 
@@ -100,7 +93,6 @@ def _stream(root: Path, files: Sequence[tuple[str, int, int, int]]) -> Iterator[
 
 
 def sync_host(session: AgentSession, manifest: Manifest, dst: str) -> HostSync:
-    started = time.monotonic()
     report = HostSync(host=session.host.name)
     need = session.request(
         "sync_plan",
@@ -123,7 +115,6 @@ def sync_host(session: AgentSession, manifest: Manifest, dst: str) -> HostSync:
         )
         report.files_sent = len(wanted)
         report.bytes_sent = size
-    report.seconds = time.monotonic() - started
     return report
 
 

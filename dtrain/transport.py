@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtrain import remote
-from dtrain.remote.agent import free_ports
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +67,19 @@ def boot_code() -> str:
     return _BOOT.format(size=len(agent_payload()), too_old=TOO_OLD_EXIT)
 
 
+@functools.cache
+def _packed_boot_code() -> str:
+    """The boot code as the remote command's argument: the same for every host."""
+    return base64.b64encode(zlib.compress(boot_code().encode(), 9)).decode()
+
+
 def remote_command(python: str = AUTO_PYTHON) -> str:
     """The command sshd hands the login shell: find a python for the agent and start it.
 
     It is `sh -c '...'` so that any login shell (bash, zsh, fish, csh) runs it the same way;
     inside, no quotes but double ones, and the boot code travels as an argument.
     """
-    packed = base64.b64encode(zlib.compress(boot_code().encode(), 9)).decode()
+    packed = _packed_boot_code()
     candidates = AGENT_PYTHONS if python == AUTO_PYTHON else (python,)
     boot = "import sys,base64,zlib;exec(zlib.decompress(base64.b64decode(sys.argv[1])))"
     script = (
@@ -208,4 +213,6 @@ def raise_open_file_limit() -> None:
 
 def local_free_ports(count: int) -> list[int]:
     """Free ports here, found the way every host's agent finds its own."""
+    from dtrain.remote.agent import free_ports  # only dry runs and doctor need the agent here
+
     return free_ports(count)
