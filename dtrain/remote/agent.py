@@ -38,10 +38,6 @@ TRACEBACK_LINE = b"Traceback (most recent call last):"
 IDLE_CPU_FRACTION = 0.05
 
 
-def _monotonic():
-    return time.monotonic()
-
-
 def _set_nonblocking(fd):
     import fcntl
 
@@ -122,7 +118,7 @@ class Task:
         self.kill_at = None
         self.drain_until = None
         self.reported = False
-        self.last_output = _monotonic()
+        self.last_output = time.monotonic()
         self.traceback = TracebackWatch()
 
     @property
@@ -147,8 +143,8 @@ class Agent:
         self.lease_s = 15.0
         self.grace_s = 5.0
         self.traceback_timeout_s = 0.0
-        self.last_heard = _monotonic()
-        self.last_sent = _monotonic()
+        self.last_heard = time.monotonic()
+        self.last_sent = time.monotonic()
         self.gone = None  # why the launcher is considered gone
         self.signalled = None
         self.data_handler = None
@@ -192,7 +188,7 @@ class Agent:
         )
 
     def timeout(self):
-        now = _monotonic()
+        now = time.monotonic()
         deadlines = [self.last_sent + self.heartbeat_s, self.last_heard + self.lease_s]
         for task in self.tasks.values():
             if task.kill_at is not None:
@@ -223,7 +219,7 @@ class Agent:
             self.selector.unregister(self.in_fd)
             self.lose("the launcher's connection closed")
             return
-        self.last_heard = _monotonic()
+        self.last_heard = time.monotonic()
         try:
             frames = self.reader.feed(data)
         except proto.FrameError as exc:
@@ -243,19 +239,19 @@ class Agent:
         if self.gone is not None:
             return
         self.out += frame
-        self.last_sent = _monotonic()
+        self.last_sent = time.monotonic()
         self.flush()
 
     def reply(self, obj):
         self.send(proto.encode_json(proto.REPLY, obj))
 
     def flush(self, final=False):
-        deadline = _monotonic() + 5.0
+        deadline = time.monotonic() + 5.0
         while self.out and self.gone is None:
             try:
                 written = os.write(self.out_fd, self.out[: READ_CHUNK * 4])
             except (BlockingIOError, InterruptedError):
-                if not final or _monotonic() > deadline:
+                if not final or time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
                 continue
@@ -343,13 +339,13 @@ class Agent:
             grace_s=float(request.get("grace_s", 5.0)),
             dry_run=bool(request.get("dry_run")),
         )
-        self.last_heard = _monotonic()  # the grace ran inside this request: not a silence
+        self.last_heard = time.monotonic()  # the grace ran inside this request: not a silence
         self.reply(dict(reply, ok=True))
 
     def op_probe(self, request):
         """Facts `dtrain doctor` compares across hosts (see probe.py)."""
         self.reply(dict(probe.facts(request), ok=True))
-        self.last_heard = _monotonic()  # helper programs ran inside this request: not a silence
+        self.last_heard = time.monotonic()  # helper programs ran inside this request: not a silence
 
     def op_listen(self, request):
         self.reply(dict(probe.listen(request["address"], int(request.get("port", 0))), ok=True))
@@ -359,7 +355,7 @@ class Agent:
 
     def op_connect(self, request):
         results = probe.connect_all(request["targets"], float(request.get("wait_s", 2.0)))
-        self.last_heard = _monotonic()
+        self.last_heard = time.monotonic()
         self.reply({"ok": True, "results": results})
 
     def op_sync_plan(self, request):
@@ -416,22 +412,8 @@ class Agent:
             task.code = 126 if isinstance(exc, PermissionError) else 127
             task.reason = "spawn-failed"
             task.detail = "cannot run %s: %s" % (task.argv[0], exc.strerror or exc)
-            task.reported = True
-            task.exited_at = _monotonic()
-            self.send(
-                proto.encode_json(
-                    proto.EXITED,
-                    {
-                        "code": task.code,
-                        "signal": None,
-                        "stopped_by_agent": False,
-                        "reason": task.reason,
-                        "detail": task.detail,
-                        "time": time.time(),
-                    },
-                    task.id,
-                )
-            )
+            task.exited_at = time.monotonic()
+            self.maybe_report(task)  # a task never started: no signal, no pipes, not stopped
             return
         task.pgid = task.proc.pid
         stat = procs.read_stat(task.proc.pid)
@@ -442,7 +424,7 @@ class Agent:
             task.files[fd] = (stream, kind)
             if not self.paused:
                 self.selector.register(fd, selectors.EVENT_READ, (task, kind))
-        task.last_output = _monotonic()
+        task.last_output = time.monotonic()
         self.send(
             proto.encode_json(
                 proto.STARTED,
@@ -476,7 +458,7 @@ class Agent:
             return
         if not data:
             return
-        now = _monotonic()
+        now = time.monotonic()
         task.last_output = now
         if kind == proto.STDERR and task.traceback.feed(data):
             task.traceback.mark_time = now
@@ -491,7 +473,7 @@ class Agent:
         stream.close()
 
     def reap(self):
-        now = _monotonic()
+        now = time.monotonic()
         exited = []
         for task in self.tasks.values():
             if not task.running:
@@ -522,7 +504,7 @@ class Agent:
     def maybe_report(self, task):
         if task.reported or task.exited_at is None:
             return
-        if task.files and _monotonic() < (task.drain_until or 0):
+        if task.files and time.monotonic() < (task.drain_until or 0):
             return
         for fd in list(task.files):
             self.close_pipe(task, fd)
@@ -572,7 +554,7 @@ class Agent:
         return hit
 
     def stop_all(self, grace_s):
-        now = _monotonic()
+        now = time.monotonic()
         chosen = [t for t in self.tasks.values() if t.running and t.kill_at is None]
         for task in chosen:
             task.stopped_by_agent = True
@@ -592,7 +574,7 @@ class Agent:
         return stat[4] if stat else 0.0
 
     def tick(self):
-        now = _monotonic()
+        now = time.monotonic()
         if self.signalled is not None:
             signum, self.signalled = self.signalled, None
             self.lose("the agent received signal %d" % signum)
@@ -697,17 +679,11 @@ def interfaces():
 
 def host_facts(ports):
     connection = os.environ.get("SSH_CONNECTION", "").split()
-    try:
-        import pwd
-
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):
-        user = str(os.getuid())
     return {
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
         "uid": os.getuid(),
-        "user": user,
+        "user": procs.user_name(),
         "python": "%d.%d.%d" % sys.version_info[:3],
         "executable": sys.executable,
         "ssh_server_address": connection[2] if len(connection) == 4 else None,

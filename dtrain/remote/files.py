@@ -47,7 +47,7 @@ class Receiver:
         self.dst = os.path.abspath(dst)
         self.files = list(files)
         self.index = 0
-        self.remaining = self.files[0][1] if self.files else 0
+        self.remaining = 0  # the current file's unwritten bytes: set by _open_next
         self.handle = None
         self.tmp = None
         self.error = None

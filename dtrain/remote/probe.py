@@ -77,7 +77,7 @@ def looks_like_python(program):
 def resolve_program(program, cwd):
     """The file `program` names, as the agent's spawn would find it (cwd, then PATH)."""
     if "/" in program:
-        path = program if os.path.isabs(program) else os.path.join(cwd, program)
+        path = os.path.join(cwd, program)  # an absolute `program` stays itself
         return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
     return shutil.which(program)
 
@@ -314,13 +314,13 @@ def port_holders(port):
                 continue
             if target in inodes:
                 stat = procs.read_stat(pid)
-                env = procs.read_environ(pid) or {}
+                tags = procs.read_tags(pid)
                 holders.append(
                     {
                         "pid": pid,
-                        "start": btime + stat[5] / float(procs._TICKS) if stat else None,
+                        "start": procs.start_time(btime, stat) if stat else None,
                         "cmdline": procs.read_cmdline(pid),
-                        "tags": dict((k, env[k]) for k in procs.TAG_VARS if k in env),
+                        "tags": tags,
                     }
                 )
                 break
@@ -388,7 +388,7 @@ def listen(address, port=0):
         "address": address,
         "port": port or None,
         "error": describe_errno(last),
-        "errno": errno.errorcode.get(last.errno, "") if last and last.errno else "",
+        "errno": errno_name(last),
     }
 
 
@@ -418,6 +418,14 @@ def describe_errno(exc):
     return names.get(exc.errno, exc.strerror or str(exc))
 
 
+def errno_name(exc):
+    """The symbolic errno of a failed socket call ("ECONNREFUSED"), or "" when it has none."""
+    if isinstance(exc, socket.timeout):
+        return "ETIMEDOUT"
+    code = getattr(exc, "errno", None)
+    return errno.errorcode.get(code, "") if code else ""
+
+
 def connect_one(target, timeout_s):
     started = time.monotonic()
     result = dict(target)
@@ -429,12 +437,7 @@ def connect_one(target, timeout_s):
     except OSError as exc:  # socket.timeout is one (3.6-3.9) or an alias of one
         result["ok"] = False
         result["error"] = describe_errno(exc)
-        code = getattr(exc, "errno", None)
-        result["errno"] = (
-            "ETIMEDOUT"
-            if isinstance(exc, socket.timeout)
-            else (errno.errorcode.get(code, "") if code else "")
-        )
+        result["errno"] = errno_name(exc)
     finally:
         sock.close()
     result["elapsed_s"] = round(time.monotonic() - started, 4)

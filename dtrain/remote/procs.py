@@ -122,6 +122,17 @@ def read_environ(pid):
     return env
 
 
+def read_tags(pid):
+    """The tag variables of the process's environment ({} if unreadable)."""
+    env = read_environ(pid) or {}
+    return {key: env[key] for key in TAG_VARS if key in env}
+
+
+def start_time(btime, stat):
+    """When the process of `stat` started, in seconds since the epoch (`btime`: boot_time())."""
+    return btime + stat[5] / float(_TICKS)
+
+
 def read_cmdline(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
@@ -175,9 +186,8 @@ def snapshot(uid=None, with_tags=True, since_ticks=None, own_namespace=False):
             continue
         tags = {}
         if with_tags and (since_ticks is None or stat[5] >= since_ticks):
-            env = read_environ(pid) or {}
-            tags = {key: env[key] for key in TAG_VARS if key in env}
-        proc = Proc(pid, owner, stat, btime + stat[5] / float(_TICKS), tags)
+            tags = read_tags(pid)
+        proc = Proc(pid, owner, stat, start_time(btime, stat), tags)
         result[pid] = proc
     return result
 
@@ -269,7 +279,10 @@ def describe(table, selected):
 
 def alive(pid, start_ticks=None):
     """True while `pid` runs (zombies are dead); with `start_ticks`, only that same process."""
-    stat = read_stat(pid)
+    return _runs(read_stat(pid), start_ticks)
+
+
+def _runs(stat, start_ticks=None):
     if stat is None or stat[0] in ("Z", "X", "x"):
         return False
     return start_ticks is None or stat[5] == start_ticks
@@ -286,10 +299,12 @@ def signal_processes(table, selected, signum, errors=None):
     Only processes that are still the ones in `table` (same start time): a pid reused by
     someone else since the snapshot is never signalled. Failures land in `errors` by pid.
     """
-    chosen = set(pid for pid in selected if _same(table, pid))
+    stats = {pid: read_stat(pid) for pid in pids()}  # every user's: a group may hold others'
+    chosen = set(
+        pid for pid in selected if pid in table and _runs(stats.get(pid), table[pid].start_ticks)
+    )
     groups = {}  # type: Dict[int, List[int]]
-    for pid in pids():  # every user's processes: a group may hold someone else's
-        stat = read_stat(pid)
+    for pid, stat in stats.items():
         if stat is not None and stat[0] != "Z":
             groups.setdefault(stat[2], []).append(pid)
     done = set()
@@ -370,7 +385,7 @@ def find(job=None, include_dmlc=True):
     return table, selected
 
 
-def _user():
+def user_name():
     try:
         import pwd
 
@@ -390,7 +405,7 @@ def _found(table, selected):
         "processes": describe(table, selected),
         "time": time.time(),
         "uid": os.getuid(),
-        "user": _user(),
+        "user": user_name(),
     }
 
 

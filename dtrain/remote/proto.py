@@ -68,7 +68,3 @@ class FrameReader:
         if offset:
             del self._buffer[:offset]
         return frames
-
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
