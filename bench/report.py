@@ -24,6 +24,12 @@ MODE_TEXT = {
     "as-is": "remote `~/.bashrc` as-is (pyenv init)",
     "blank": "remote `~/.bashrc` blanked",
 }
+# The ssh pool phase in a timeline record: bench/timeline.py's current name, then the name
+# results recorded before the rename carry.
+POOL_PHASES = (
+    "ssh connect+auth and agents, all hosts (pool)",
+    "ssh connect+auth, all hosts (pool)",
+)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -615,8 +621,9 @@ class Report:
             e = phases.get(name)
             return None if e is None else started + float(e[edge])
 
+        pool = next((n for n in POOL_PHASES if n in phases), POOL_PHASES[0])
         marks = [
-            ("interpreter and imports", 0.0, at("ssh connect+auth, all hosts (pool)", "start_s")),
+            ("interpreter and imports", 0.0, at(pool, "start_s")),
             (
                 "connect and open channels",
                 at("connect + open agent channels", "start_s"),
@@ -639,16 +646,6 @@ class Report:
             ),
         ]
         return [(name, b - a) for name, a, b in marks if a is not None and b is not None]
-
-    def variant_rows(self, mode: str) -> list[str]:
-        """[default dtrain, dtrain with system python, pdsh] medians at the headline."""
-        found = [r for r in select(self.records, scenario="variant", bashrc=mode) if r.get("ok")]
-        if not found:
-            return []
-        return [
-            secs(med(select(found, launcher=x), "launch_s"))
-            for x in ("dtrain", "dtrain-pathpy", "pdsh")
-        ]
 
     @staticmethod
     def goal(name: str, target: str, measured: str, met: bool) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,6 +113,29 @@ def wait_for_line(path: Path, needle: str, timeout_s: float = 20.0) -> str:
                 return text
         time.sleep(0.05)
     raise AssertionError(f"{needle!r} did not appear in {path} within {timeout_s}s")
+
+
+def latest_job(cwd: Path) -> Path:
+    """The newest job's log directory under `cwd` (where dtrain-logs/latest points)."""
+    return (cwd / "dtrain-logs" / "latest").resolve()
+
+
+def job_document(cwd: Path) -> dict[str, Any]:
+    """The newest job's job.json under `cwd`, parsed."""
+    document: dict[str, Any] = json.loads((latest_job(cwd) / "job.json").read_text())
+    return document
+
+
+def wait_for_latest(cwd: Path, timeout_s: float = 20.0) -> Path:
+    """Wait until dtrain-logs/latest exists under `cwd`, then return latest_job(cwd).
+
+    Returns the resolved path at the deadline even if the link never appeared.
+    """
+    latest = cwd / "dtrain-logs" / "latest"
+    deadline = time.monotonic() + timeout_s
+    while not latest.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return latest_job(cwd)
 
 
 def job_pids(job_id: str) -> list[int]:

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from dtrain.agents import AgentEvent, AgentSession, LinkClosed
 from dtrain.hosts import local_host
-from dtrain.remote import procs, proto
+from dtrain.remote import proto
 from dtrain.transport import LocalLink
-from tests.conftest import PYTHON, SESSION, SESSION_VAR, program, wait_gone
+from tests.conftest import PYTHON, SESSION, SESSION_VAR, job_pids, program, wait_gone
 
 
 class Agent:
@@ -145,21 +145,11 @@ def test_unknown_command_and_missing_workdir_are_refused_before_start(agent: Age
         )
 
 
-def started_pids(events: list[AgentEvent], count: int, a: Agent) -> list[int]:
-    pids = [e.json()["pid"] for e in events if e.kind == proto.STARTED]
-    deadline = time.monotonic() + 10
-    while len(pids) < count and time.monotonic() < deadline:
-        event = a.events.get(timeout=10)
-        if isinstance(event, AgentEvent) and event.kind == proto.STARTED:
-            pids.append(event.json()["pid"])
-    return pids
-
-
 def test_closed_stream_stops_every_task_and_the_agent_exits() -> None:
     a = Agent()
     job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("spawn_tree.py")]}], grace_s=1)
     time.sleep(1.0)
-    pids = procs.select_job_processes(procs.snapshot(), job=job)
+    pids = job_pids(job)
     assert len(pids) == 5  # leader, child, escaped, middle, grandchild
     a.session.link.close_input()
     assert wait_gone(pids, 3) == []
@@ -172,7 +162,7 @@ def test_silent_launcher_past_the_lease_stops_every_task() -> None:
     a.hello(heartbeat_s=0.2, lease_s=1.0, grace_s=0.5)
     job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("ignore_sigterm.py")]}])
     time.sleep(0.3)
-    pids = procs.select_job_processes(procs.snapshot(), job=job)
+    pids = job_pids(job)
     assert pids
     started = time.monotonic()
     assert wait_gone(pids, 5) == []  # no heartbeat is ever sent here
@@ -184,7 +174,7 @@ def test_agent_killed_outright_still_takes_its_task_leaders_down() -> None:
     a = Agent()
     job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("sleep_forever.py")]}])
     time.sleep(0.3)
-    pids = procs.select_job_processes(procs.snapshot(), job=job)
+    pids = job_pids(job)
     link = a.session.link
     assert isinstance(link, LocalLink)
     os.kill(link.proc.pid, signal.SIGKILL)

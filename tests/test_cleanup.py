@@ -31,6 +31,7 @@ from tests.conftest import (
     program,
     run_dtrain,
     start_dtrain,
+    wait_for_latest,
     wait_gone,
 )
 
@@ -86,6 +87,7 @@ class Spawner:
             for pid in job_pids(job):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+        for proc in self.started:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
@@ -308,11 +310,7 @@ def test_kill_stops_a_running_launch_which_says_its_tasks_were_killed_from_outsi
         workdir,
     )
     try:
-        deadline = time.monotonic() + 20
-        latest = workdir / "dtrain-logs" / "latest"
-        while not latest.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        job = latest.resolve().name
+        job = wait_for_latest(workdir, timeout_s=20).name
         pids = wait_for_job(job, 4 * 3)  # 4 tasks, each with 2 descendants
         killer = run_dtrain(["kill", "--job", job, "--grace", "2"], tmp_path)
         _, stderr = launch.communicate(timeout=30)

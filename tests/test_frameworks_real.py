@@ -11,17 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import PYTHON, ROOT, run_dtrain
+from tests.conftest import PYTHON, ROOT, job_document, latest_job, run_dtrain
 
 TF_PYTHON = str(ROOT / ".venvs" / "tf" / "bin" / "python")
 PADDLE_PYTHON = str(ROOT / ".venvs" / "paddle" / "bin" / "python")
 EXAMPLES = ROOT / "examples"
-
-
-def job_document(cwd: Path) -> dict[str, Any]:
-    latest = (cwd / "dtrain-logs" / "latest").resolve()
-    document: dict[str, Any] = json.loads((latest / "job.json").read_text())
-    return document
 
 
 def json_lines(stdout: str) -> dict[str, dict[str, Any]]:
@@ -130,7 +124,7 @@ def test_paddle_parallel_env_reports_the_planned_ranks_and_endpoints(workdir: Pa
         assert view["trainer_endpoints"] == env["PADDLE_TRAINER_ENDPOINTS"].split(",")
         assert view["current_endpoint"] == env["PADDLE_CURRENT_ENDPOINT"]
         assert seen[f"worker.{rank}"]["role_maker"]["worker_num"] == 3
-    logs = (workdir / "dtrain-logs" / "latest").resolve()
+    logs = latest_job(workdir)
     assert (logs / "workerlog.2").read_text() == (logs / "worker.2.log").read_text()
     assert planned["worker.2"]["PADDLE_CURRENT_ENDPOINT"] in (logs / "endpoints.log").read_text()
 

@@ -22,17 +22,12 @@ from tests.conftest import (
     program,
     run_dtrain,
     start_dtrain,
+    wait_for_latest,
     wait_for_line,
     wait_gone,
 )
 
 BY_TASK = program("by_task.py")
-
-
-def job_id_of(stderr: str) -> str:
-    match = re.search(r"job (\d{8}-\d{6}-[0-9a-f]{4})", stderr)
-    assert match, stderr
-    return match.group(1)
 
 
 def log_dir_of(cwd: Path) -> Path:
@@ -283,11 +278,7 @@ def start_and_wait(
     workdir: Path, args: list[str], ready: str = "ready worker.0"
 ) -> tuple[subprocess.Popen[str], str]:
     proc = start_dtrain(args, workdir)
-    logs = workdir / "dtrain-logs"
-    deadline = time.monotonic() + 20
-    while not (logs / "latest").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    log_dir = (logs / "latest").resolve()
+    log_dir = wait_for_latest(workdir, timeout_s=20)
     wait_for_line(log_dir / "worker.0.log", ready)
     return proc, log_dir.name
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from dtrain.remote import procs
-from tests.conftest import PYTHON, ROOT, dtrain_argv, job_pids, run_dtrain, wait_gone
+from tests.conftest import PYTHON, ROOT, job_pids, run_dtrain, start_dtrain, wait_gone
 
 EXAMPLE = str(ROOT / "examples" / "mxnet_dist_sync.py")
 
@@ -27,8 +27,8 @@ def test_mxnet_job_trains_and_every_worker_agrees(workdir: Path) -> None:
 
 def test_worker_killed_mid_run_fails_fast_and_leaves_nothing(workdir: Path) -> None:
     grace = 2.0
-    proc = subprocess.Popen(
-        dtrain_argv(
+    proc = start_dtrain(
+        [
             "launch",
             "-n",
             "2",
@@ -43,11 +43,8 @@ def test_worker_killed_mid_run_fails_fast_and_leaves_nothing(workdir: Path) -> N
             "50",
             "--sleep",
             "0.05",
-        ),
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        ],
+        workdir,
     )
     try:
         log_dir = wait_for_training(workdir)

@@ -406,25 +406,9 @@ class Cluster:
         """
         state = self._up_state(host)
         argv = self._nsenter_argv(state, cwd) + _command_argv(cmd)
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_merged_env(env),
-            start_new_session=True,
+        return _run_in_session(
+            argv, state.host.name, timeout, check, env=_merged_env(env), input=input
         )
-        try:
-            out, err = proc.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid)
-            out, err = proc.communicate()
-            raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
-        completed = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-        if check and completed.returncode != 0:
-            raise CommandFailed(state.host.name, completed)
-        return completed
 
     def spawn(
         self,
@@ -479,24 +463,7 @@ class Cluster:
         """Run `cmd` over a real OpenSSH login (strict host key checking, the suite key)."""
         name = self._state(host).host.name
         argv = [*self.ssh_argv(host), cmd]  # one argument, like `ssh host 'cmd'`
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid)
-            out, err = proc.communicate()
-            raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
-        completed = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-        if check and completed.returncode != 0:
-            raise CommandFailed(name, completed)
-        return completed
+        return _run_in_session(argv, name, timeout, check)
 
     # ----------------------------------------------------------------- faults
 
@@ -1364,6 +1331,37 @@ def _command_argv(cmd: Command) -> list[str]:
 
 def _merged_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
     return None if env is None else {**os.environ, **env}
+
+
+def _run_in_session(
+    argv: list[str],
+    where: str,
+    timeout: float,
+    check: bool,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` to completion in a new session; on timeout kill its process group and raise
+    `subprocess.TimeoutExpired`; with `check`, a non-zero exit raises CommandFailed(`where`)."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _killpg(proc.pid)
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
+    completed = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    if check and completed.returncode != 0:
+        raise CommandFailed(where, completed)
+    return completed
 
 
 def _killpg(pgid: int) -> None:

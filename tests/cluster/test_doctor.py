@@ -22,7 +22,7 @@ import pytest
 
 from dtrain.diagnosis import CHECKS
 from tests.cluster.netcluster import Cluster
-from tests.conftest import PYTHON, dtrain_argv, program
+from tests.conftest import PYTHON, program, run_dtrain
 
 BY_TASK = program("by_task.py")
 COMPARED_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
@@ -41,32 +41,26 @@ def dtrain_env(cluster: Cluster) -> dict[str, str]:
     return env
 
 
-def run_dtrain(
+def doctor_run(
     cluster: Cluster,
     args: list[str],
     cwd: Path,
     hosts: Path | None = None,
     timeout_s: float = 90,
 ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """run_dtrain against the cluster under dtrain_env; the result and its wall time (which
+    includes reading the login PATH for dtrain_env)."""
     command, *rest = args
-    argv = dtrain_argv(
+    dtrain_args = [
         command,
         "-H",
         str(hosts or cluster.hosts_file()),
         "--ssh-config",
         str(cluster.ssh_config),
         *rest,
-    )
+    ]
     started = time.monotonic()
-    result = subprocess.run(
-        argv,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=dtrain_env(cluster),
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_dtrain(dtrain_args, cwd, timeout_s=timeout_s, env=dtrain_env(cluster))
     return result, time.monotonic() - started
 
 
@@ -74,7 +68,7 @@ def doctor(
     cluster: Cluster, args: list[str], cwd: Path, hosts: Path | None = None
 ) -> tuple[int, Results, float]:
     """`dtrain doctor --json ARGS`: exit code, results by (check, host), wall time."""
-    result, elapsed = run_dtrain(cluster, ["doctor", "--json", *args], cwd, hosts)
+    result, elapsed = doctor_run(cluster, ["doctor", "--json", *args], cwd, hosts)
     document = json.loads(result.stdout)  # exactly one document, whatever happened
     assert document["command"] == "doctor", result.stderr
     results = {(r["check"], r["host"]): r for r in document["data"]["results"]}
@@ -103,7 +97,7 @@ def test_healthy_hosts_pass_every_check(cluster: Cluster, script_dir: Path) -> N
     for host in cluster.hosts:
         assert set(statuses(results, host.name).values()) == {"pass"}, statuses(results, host.name)
     assert "train.py in " in results[("workdir", "h2")]["detail"]
-    text, _ = run_dtrain(cluster, ["doctor", "--", PYTHON, "train.py"], script_dir)
+    text, _ = doctor_run(cluster, ["doctor", "--", PYTHON, "train.py"], script_dir)
     assert text.returncode == 0, text.stderr
     assert text.stdout.splitlines()[0].split() == ["HOST", *CHECKS]
     assert re.search(r"^h3 +PASS +PASS", text.stdout, re.MULTILINE)
@@ -232,14 +226,14 @@ def test_leftover_dmlc_process_fails_doctor_and_launch_preflight_with_its_pid(
     assert results[("stale", this_machine(results))]["status"] != "fail"  # it shows up here too
 
     launch = ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=exit:0"]
-    refused, _ = run_dtrain(cluster, launch, script_dir)
+    refused, _ = doctor_run(cluster, launch, script_dir)
     assert refused.returncode == 3, refused.stderr
     assert "preflight failed on 1 host(s); nothing was started" in refused.stderr
     left = "h2: 1 job process left behind by an earlier job (its launcher is gone)"
     assert f"{left}: pid {leftover.host_pid}" in refused.stderr
     assert "--no-preflight" in refused.stderr
     assert not (script_dir / "dtrain-logs").exists()
-    forced, _ = run_dtrain(cluster, [launch[0], "--no-preflight", *launch[1:]], script_dir)
+    forced, _ = doctor_run(cluster, [launch[0], "--no-preflight", *launch[1:]], script_dir)
     assert forced.returncode == 0, forced.stderr
     assert leftover.is_alive()
 
@@ -249,7 +243,7 @@ def test_preflight_refuses_a_launch_whose_scheduler_port_is_blocked(
 ) -> None:
     cluster.firewall("h1", (9000, 9100), "reject")
     args = ["-n", "2", "-s", "0", "--scheduler-host", "h1", "--port", "9050"]
-    result, elapsed = run_dtrain(cluster, ["launch", *args, "--", PYTHON, BY_TASK], script_dir)
+    result, elapsed = doctor_run(cluster, ["launch", *args, "--", PYTHON, BY_TASK], script_dir)
     assert result.returncode == 3, result.stderr
     assert re.search(
         r"h2: cannot reach the scheduler: h2 → h1:9050: refused in \d+ ms", result.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from dtrain.remote import procs
 from tests.cluster.netcluster import Cluster
-from tests.cluster.test_launch_ssh import assert_nothing_left, run, wait_running
-from tests.conftest import PYTHON, ROOT
+from tests.cluster.test_launch_ssh import assert_nothing_left, run, start, wait_running
+from tests.conftest import PYTHON, ROOT, job_pids, latest_job
 from tests.test_frameworks_real import PADDLE_PYTHON, TF_PYTHON, json_lines, planned_env
 
 EXAMPLES = ROOT / "examples"
@@ -53,16 +53,10 @@ def test_torch_rank_killed_fails_the_job_and_leaves_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     hosts = cluster.hosts_file(names=["h1", "h2"], slots=2)
-    proc = subprocess.Popen(
+    proc = start(
+        cluster,
         [
-            PYTHON,
-            "-m",
-            "dtrain",
             "launch",
-            "-H",
-            str(hosts),
-            "--ssh-config",
-            str(cluster.ssh_config),
             "--framework",
             "torch",
             "--grace",
@@ -75,19 +69,17 @@ def test_torch_rank_killed_fails_the_job_and_leaves_nothing(
             "--sleep",
             "0.05",
         ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        tmp_path,
+        hosts=hosts,
     )
     job = wait_running(tmp_path, 4, timeout_s=120)
-    logs = (tmp_path / "dtrain-logs" / "latest").resolve()
+    logs = latest_job(tmp_path)
     deadline = time.monotonic() + 120
     while "started" not in (logs / "worker.3.log").read_text() and time.monotonic() < deadline:
         time.sleep(0.2)
     victim = next(
         pid
-        for pid in procs.select_job_processes(procs.snapshot(), job=job)
+        for pid in job_pids(job)
         if (procs.read_environ(pid) or {}).get("DTRAIN_TASK") == "worker.3"
     )
     subprocess.run(["kill", "-9", str(victim)], check=True)

@@ -20,7 +20,17 @@ from hypothesis import strategies as st
 
 from dtrain.remote import procs
 from tests.cluster.netcluster import Cluster, ClusterError
-from tests.conftest import PYTHON, ROOT, dtrain_argv, program, wait_gone
+from tests.conftest import (
+    PYTHON,
+    ROOT,
+    job_document,
+    job_pids,
+    latest_job,
+    program,
+    run_dtrain,
+    start_dtrain,
+    wait_gone,
+)
 
 BY_TASK = program("by_task.py")
 
@@ -32,30 +42,21 @@ def ssh_args(cluster: Cluster, hosts: Path | None = None) -> list[str]:
 def run(
     cluster: Cluster, args: list[str], cwd: Path, timeout_s: float = 90, hosts: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """run_dtrain with the cluster's hosts file and ssh config after the command name."""
     launch, *rest = args
-    return subprocess.run(
-        dtrain_argv(launch, *ssh_args(cluster, hosts), *rest),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_dtrain([launch, *ssh_args(cluster, hosts), *rest], cwd, timeout_s=timeout_s)
 
 
 def start(
-    cluster: Cluster, args: list[str], cwd: Path, env: dict[str, str] | None = None
+    cluster: Cluster,
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    hosts: Path | None = None,
 ) -> subprocess.Popen[str]:
+    """start_dtrain with the cluster's hosts file and ssh config after the command name."""
     launch, *rest = args
-    return subprocess.Popen(
-        dtrain_argv(launch, *ssh_args(cluster), *rest),
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-    )
+    return start_dtrain([launch, *ssh_args(cluster, hosts), *rest], cwd, env=env)
 
 
 def cluster_tasks(cluster: Cluster, job: str | None = None) -> list[int]:
@@ -69,15 +70,6 @@ def cluster_tasks(cluster: Cluster, job: str | None = None) -> list[int]:
     return [pid for pid in tagged if pid in on_hosts]
 
 
-def all_tasks(job: str) -> list[int]:
-    pids: list[int] = procs.select_job_processes(procs.snapshot(), job=job)
-    return pids
-
-
-def latest_job(cwd: Path) -> Path:
-    return (cwd / "dtrain-logs" / "latest").resolve()
-
-
 def wait_running(cwd: Path, count: int, timeout_s: float = 30) -> str:
     """Wait until `count` tasks of the newest job are alive somewhere; return the job id."""
     deadline = time.monotonic() + timeout_s
@@ -85,14 +77,14 @@ def wait_running(cwd: Path, count: int, timeout_s: float = 30) -> str:
         link = cwd / "dtrain-logs" / "latest"
         if link.exists():
             job = link.resolve().name
-            if len(all_tasks(job)) >= count:
+            if len(job_pids(job)) >= count:
                 return job
         time.sleep(0.05)
     raise AssertionError(f"{count} tasks did not start within {timeout_s}s")
 
 
 def assert_nothing_left(cluster: Cluster, job: str, within_s: float = 5) -> None:
-    left = wait_gone(all_tasks(job), within_s)
+    left = wait_gone(job_pids(job), within_s)
     assert left == [], procs.describe(procs.snapshot(), left)
     assert cluster_tasks(cluster, job) == []
 
@@ -107,7 +99,7 @@ def test_ps_demo_runs_across_hosts_with_the_scheduler_here(
     )
     assert result.returncode == 0, result.stderr
     assert "[scheduler@" in result.stdout and "@h3]" in result.stdout
-    plan = json.loads((latest_job(tmp_path) / "job.json").read_text())["plan"]
+    plan = job_document(tmp_path)["plan"]
     by_name = {t["name"]: t for t in plan["tasks"]}
     assert by_name["scheduler"]["env"]["DMLC_PS_ROOT_URI"] == "198.18.0.1"
     assert by_name["worker.1"]["host"]["name"] == "h2"
@@ -462,7 +454,7 @@ def test_a_second_job_beside_a_running_one_is_warned_about_not_refused(
         )
         assert second.returncode == 0, second.stderr
         assert f"another job is running here ({first_job})" in second.stderr
-        assert len(all_tasks(first_job)) == 4  # untouched
+        assert len(job_pids(first_job)) == 4  # untouched
     finally:
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
@@ -475,8 +467,8 @@ def test_proxyjump_hosts_are_reached_through_the_jump_host(
     config = tmp_path / "ssh_config"
     config.write_text("Host h3\n  ProxyJump h1\n\n" + cluster.ssh_config.read_text())
     hosts = cluster.hosts_file(names=["h2", "h3"])
-    result = subprocess.run(
-        dtrain_argv(
+    result = run_dtrain(
+        [
             "launch",
             "-H",
             str(hosts),
@@ -490,16 +482,13 @@ def test_proxyjump_hosts_are_reached_through_the_jump_host(
             PYTHON,
             BY_TASK,
             "*=exit:0",
-        ),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        stdin=subprocess.DEVNULL,
+        ],
+        tmp_path,
+        timeout_s=90,
     )
     assert result.returncode == 0, result.stderr
     assert "Accepted publickey for root from 198.18.0.11" in cluster.sshd_log("h3")
-    plan = json.loads((latest_job(tmp_path) / "job.json").read_text())["plan"]
+    plan = job_document(tmp_path)["plan"]
     worker = next(t for t in plan["tasks"] if t["name"] == "worker.1")
     assert worker["env"]["DMLC_NODE_HOST"] == "198.18.0.13"  # the address, not the alias
 
@@ -515,8 +504,8 @@ def test_a_passphrase_protected_key_fails_at_once_with_what_to_do(
     text = cluster.ssh_config.read_text().replace(str(cluster.key), str(key))
     config.write_text(text)
     started = time.monotonic()
-    result = subprocess.run(
-        dtrain_argv(
+    result = run_dtrain(
+        [
             "launch",
             "-H",
             str(cluster.hosts_file(names=["h1"])),
@@ -529,12 +518,9 @@ def test_a_passphrase_protected_key_fails_at_once_with_what_to_do(
             "--",
             PYTHON,
             BY_TASK,
-        ),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
+        ],
+        tmp_path,
+        timeout_s=60,
     )
     assert result.returncode == 3
     assert time.monotonic() - started < 10
