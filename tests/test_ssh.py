@@ -6,13 +6,15 @@ hosts through these settings is tested on the cluster (tests/cluster/test_launch
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from dtrain.errors import ExitCode, UsageError
 from dtrain.hosts import Host
-from dtrain.ssh import DEFAULT_CONNECT_TIMEOUT_S, SshTransport, split_jump_hop
+from dtrain.ssh import DEFAULT_CONNECT_TIMEOUT_S, SshTarget, SshTransport, split_jump_hop
 from dtrain.transport import SshOptions
 from tests.conftest import run_dtrain
 
@@ -122,3 +124,39 @@ def test_every_command_refuses_a_broken_config_before_connecting(
 )
 def test_proxy_jump_hops_split_like_openssh(hop: str, parts: tuple[str, str, str]) -> None:
     assert split_jump_hop(hop) == parts
+
+
+class FakeClient:
+    """Stands in for a connection: the sharing of jump hosts is logic, not network."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_hosts_behind_one_proxyjump_share_one_connection_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transport = transport_for(tmp_path, "Host node*\n  ProxyJump gate@bastion:2200\n")
+    opened: list[FakeClient] = []
+    lock = threading.Lock()
+
+    def fake_connect(target: SshTarget) -> FakeClient:
+        if target.proxy_jump:  # a host behind the jump: reach it through the shared client
+            transport._jump_client(target.proxy_jump)
+            return FakeClient(target.hostname)
+        time.sleep(0.05)  # the jump host: slow enough that every host asks while it connects
+        client = FakeClient(target.hostname)
+        with lock:
+            opened.append(client)
+        return client
+
+    monkeypatch.setattr(transport, "_connect", fake_connect)
+    hosts = [Host(name=f"node{i}") for i in range(8)]
+    assert transport.try_connect_all(hosts) == {}
+    assert [client.name for client in opened] == ["bastion"]
+    transport.close()
+    assert opened[0].closed
