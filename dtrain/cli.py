@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import click
 
-from dtrain import __version__, render, tracker
+from dtrain import __version__, joblog, render, tracker
 from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
 from dtrain.hosts import Host, local_host, parse_hosts
 from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
@@ -94,6 +94,13 @@ def ssh_options(func: F) -> F:
     ):
         func = decorator(func)
     return func
+
+
+def log_dir_option(help_text: str) -> Callable[[F], F]:
+    """--log-dir as typed: checked by `joblog.check_root`, so that '' is an error, not `.`."""
+    return click.option(
+        "--log-dir", type=click.Path(), default="dtrain-logs", show_default=True, help=help_text
+    )
 
 
 def json_option(func: F) -> F:
@@ -279,13 +286,7 @@ ROLE_ENV_FLAGS = {
     type=click.Path(file_okay=False, path_type=Path),
     help="Working directory of every task (default: this directory).",
 )
-@click.option(
-    "--log-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("dtrain-logs"),
-    show_default=True,
-    help="Per-task logs and job.json go to LOG_DIR/<job-id>/.",
-)
+@log_dir_option("Per-task logs and job.json go to LOG_DIR/<job-id>/ (mode 0700).")
 @click.option(
     "--grace",
     type=click.FloatRange(min=0),
@@ -350,7 +351,7 @@ def launch(
     env_server: Sequence[str],
     env_worker: Sequence[str],
     workdir: Path | None,
-    log_dir: Path,
+    log_dir: str,
     grace: float,
     timeout: float | None,
     traceback_timeout: float,
@@ -450,7 +451,7 @@ def launch(
         request=request,
         job_id=job_id,
         options=LaunchOptions(
-            log_root=log_dir,
+            log_root=joblog.check_root(log_dir),
             grace_s=grace,
             timeout_s=timeout,
             lease_s=heartbeat_timeout,

@@ -279,3 +279,63 @@ def _owner(kill: HostKill, pid: int) -> str:
             job = f" of job {proc.job_id}" if proc.job_id else ""
             return f" ({proc.label}{job})"
     return ""
+
+
+# ---- jobs whose launcher died -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """The `dtrain launch` process that ran a job, as its job.json names it.
+
+    The pid with its start time (clock ticks since boot) and the boot, because pids are reused.
+    """
+
+    pid: int
+    host: str
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "host": self.host,
+            "start_ticks": self.start_ticks,
+            "boot_id": self.boot_id,
+        }
+
+    @classmethod
+    def from_dict(cls, entry: object) -> Launcher | None:
+        """From job.json's `launcher`; None when it is missing or malformed (older files)."""
+        if not isinstance(entry, Mapping):
+            return None
+        pid, host = entry.get("pid"), entry.get("host")
+        if not isinstance(pid, int) or not isinstance(host, str):
+            return None
+        ticks, boot = entry.get("start_ticks"), entry.get("boot_id")
+        return cls(
+            pid=pid,
+            host=host,
+            start_ticks=ticks if isinstance(ticks, int) else None,
+            boot_id=boot if isinstance(boot, str) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLauncherJob:
+    """A job whose job.json said running after its launcher was gone (killed, crashed)."""
+
+    job_id: str
+    log_dir: str
+    launcher: Launcher
+    started_at: float | None = None
+
+    def to_dict(self, processes_left: int) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "state": "launcher_died",
+            "log_dir": self.log_dir,
+            "launcher": self.launcher.to_dict(),
+            "started_at": self.started_at,
+            "processes_left": processes_left,
+        }

@@ -9,9 +9,7 @@ any step before that starts nothing.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import queue
 import signal
 import threading
@@ -21,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dtrain import sync, tracker
+from dtrain import joblog, sync, tracker
 from dtrain.agents import (
     AgentSession,
     Event,
@@ -39,6 +37,7 @@ from dtrain.transport import (
     LocalLink,
     SshOptions,
     local_free_ports,
+    local_hostname,
     local_interfaces,
     raise_open_file_limit,
     resolve_address,
@@ -294,35 +293,6 @@ def forward_signals(events: queue.SimpleQueue[Event | Interrupt]) -> Iterator[No
             signal.signal(signum, old)
 
 
-def write_job_file(log_dir: Path, plan: JobPlan, result: JobResult | None) -> None:
-    document = {
-        "dtrain_job": 1,
-        "plan": plan.to_dict(),
-        "state": result.state.value if result else "running",
-        "result": result.to_dict() if result else None,
-    }
-    temporary = log_dir / ".job.json.tmp"
-    temporary.write_text(json.dumps(document, indent=2) + "\n")
-    temporary.replace(log_dir / "job.json")
-
-
-def prepare_log_dir(root: Path, plan: JobPlan) -> Path:
-    log_dir = root / plan.job_id
-    log_dir.mkdir(parents=True, exist_ok=False)
-    for name, content in plan.extra_files.items():
-        (log_dir / name).write_text(content)
-    for task in plan.tasks:
-        for alias in task.log_aliases:
-            (log_dir / alias).symlink_to(task.log_name)
-    latest = root / "latest"
-    with contextlib.suppress(OSError):
-        if latest.is_symlink() or not latest.exists():
-            temporary = root / f".latest.{os.getpid()}"
-            temporary.symlink_to(plan.job_id)
-            temporary.replace(latest)
-    return log_dir
-
-
 @dataclass
 class Launch:
     """One `dtrain launch`: its plan (once made) and its result (once finished)."""
@@ -337,8 +307,10 @@ class Launch:
 
     def run(self) -> JobResult:
         placed = tracker.place(self.request)  # bad requests fail before any connection
+        paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
         hosts = Hosts(self.options.ssh, self.options.remote_python)
         phase = _PhaseClock()
+        started = False
         try:
             planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
@@ -355,8 +327,8 @@ class Launch:
                     phase("sync")
                 self._hand_out_tasks(sessions)
                 phase("tasks checked on every host")
-                self.log_dir = prepare_log_dir(self.options.log_root, self.plan)
-                write_job_file(self.log_dir, self.plan, None)
+                job_file = self._prepare_log_dir(paths)
+                self.log_dir = paths.dir
                 if self.on_planned is not None:
                     self.on_planned(self.plan, self.log_dir)
                 with forward_signals(hosts.events):
@@ -373,6 +345,7 @@ class Launch:
                             linger_s=self.options.grace_s,
                         ),
                     )
+                    started = True
                     run_on_all(
                         sessions,
                         "start",
@@ -381,10 +354,39 @@ class Launch:
                     )
                     phase("tasks started")
                     result = supervisor.run()
-                write_job_file(self.log_dir, self.plan, result)
+                self._record(job_file, result)
                 return result
         finally:
             hosts.close()
+            if not started:
+                joblog.remove(paths)
+
+    def _prepare_log_dir(self, paths: joblog.JobPaths) -> joblog.JobFile:
+        """Log aliases, `latest`, and job.json saying running (with who runs it)."""
+        assert self.plan is not None
+        host = local_hostname()
+        previous = joblog.populate(paths, self.plan, host)
+        if previous is not None:
+            self.console.note(
+                f"the previous job {previous.job_id} never recorded its end: launcher died "
+                f"(pid {previous.launcher.pid}); its job.json now says launcher_died"
+            )
+        job_file = joblog.JobFile(paths)
+        try:
+            job_file.start(self.plan, joblog.this_launcher(host))
+        except OSError as exc:
+            raise joblog.log_dir_error(paths.dir, exc, "write") from None
+        return job_file
+
+    def _record(self, job_file: joblog.JobFile, result: JobResult) -> None:
+        """The final state into job.json; a disk that refuses even that costs a warning only."""
+        try:
+            job_file.finish(result.state.value, result.to_dict())
+        except OSError as exc:
+            self.console.note(
+                f"cannot write {job_file.paths.job_file}: {exc.strerror or exc}; "
+                f"it still says the job is running"
+            )
 
     def _preflight(self, sessions: Mapping[str, AgentSession]) -> None:
         """doctor's quick subset (stale processes, scheduler reachable from every host) before

@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 from dtrain.agents import AgentEvent, AgentSession, Event, LinkClosed
+from dtrain.joblog import TaskLog
 from dtrain.plan import JobPlan, TaskSpec
 from dtrain.remote import proto
 from dtrain.results import JobResult, JobState, TaskExit, signal_name
@@ -64,7 +65,7 @@ class SupervisorOptions:
 class TaskRun:
     spec: TaskSpec
     session: AgentSession
-    log: BinaryIO
+    log: TaskLog
     log_path: str
     pid: int | None = None
     started_at: float | None = None
@@ -95,7 +96,7 @@ class Supervisor:
             self.runs[task_id] = TaskRun(
                 spec=spec,
                 session=sessions[spec.host.name],
-                log=open(path, "wb", buffering=0),  # noqa: SIM115 - closed when the task ends
+                log=TaskLog(path),
                 log_path=str(path),
             )
         self.state: JobState | None = None
@@ -146,7 +147,12 @@ class Supervisor:
             return
         if is_output:
             is_stderr = event.kind == proto.STDERR
-            run.log.write(event.payload)
+            failure = run.log.write(event.payload)
+            if failure is not None:
+                self.console.note(
+                    f"cannot write {run.spec.label}'s log {run.log_path}: {failure}; it stops "
+                    "here, the job goes on and its output still reaches this console"
+                )
             if is_stderr:
                 run.stderr += event.payload[-STDERR_TAIL_BYTES:]  # the rest would be cut
                 del run.stderr[:-STDERR_TAIL_BYTES]

@@ -1,0 +1,186 @@
+"""The job's log directory: refused before anything starts, private, survives a full disk, and
+job.json tells the truth even when dtrain itself was killed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dtrain.joblog import RESERVE_FILE
+from tests.conftest import (
+    PYTHON,
+    job_pids,
+    program,
+    run_dtrain,
+    start_dtrain,
+    wait_for_latest,
+    wait_for_line,
+    wait_gone,
+)
+
+BY_TASK = program("by_task.py")
+IS_ROOT = os.geteuid() == 0
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, options: str) -> Iterator[Path]:
+    """A small tmpfs at `where` (root only), unmounted whatever the test did."""
+    where.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "dtrain-test", str(where)], check=True, timeout=10
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, timeout=10)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    if not IS_ROOT:
+        pytest.skip("mounting a read-only tmpfs needs root")
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mounted:
+        yield mounted
+
+
+def unusable_log_dirs(tmp_path: Path, read_only: Path | None) -> list[tuple[str, str]]:
+    """(--log-dir, the reason dtrain gives) for directories that cannot be made or written."""
+    (tmp_path / "a-file").write_text("")
+    cases = [
+        (str(tmp_path / "a-file" / "logs"), "Not a directory"),
+        (str(tmp_path / "a-file"), "it exists and is not a directory"),
+        ("/proc/dtrain-logs", "No such file or directory"),
+        ("", "the path is empty"),
+    ]
+    if read_only is not None:
+        cases.append((str(read_only / "logs"), "Read-only file system"))
+    return cases
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_log_dir_that_cannot_be_made_exits_2_before_any_host_is_connected(
+    tmp_path: Path, read_only_dir: Path, as_json: bool
+) -> None:
+    # A host that refuses at once (loopback port 1): reaching it would exit 3, not 2.
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:1\n")
+    for log_dir, reason in unusable_log_dirs(tmp_path, read_only_dir):
+        args = ["launch", "--log-dir", log_dir, "-n", "1", "-H", str(hosts), "--", "true"]
+        result = run_dtrain(["launch", "--json", *args[1:]] if as_json else args, tmp_path)
+        assert result.returncode == 2, (log_dir, result.stderr, result.stdout)
+        shown = log_dir or "''"
+        message = f"cannot create log directory {shown} (--log-dir): {reason}"
+        if as_json:
+            document = json.loads(result.stdout)
+            assert document["exit_code"] == 2 and document["data"] is None
+            [error] = document["errors"]
+            assert error["code"] == "log_dir" and error["message"] == message
+            assert "--log-dir" in error["hint"]
+        else:
+            assert result.stdout == ""
+            assert result.stderr.startswith(f"dtrain: {message}\n  hint: "), result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "dtrain-logs").exists()
+
+
+def test_job_directory_is_0700_and_every_file_in_it_0600(workdir: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        result = run_dtrain(
+            [
+                "launch",
+                "-n",
+                "1",
+                "-s",
+                "1",
+                "--env",
+                "WANDB_API_KEY=s3cret",
+                "--",
+                PYTHON,
+                BY_TASK,
+            ],
+            workdir,
+        )
+    finally:
+        os.umask(old)
+    assert result.returncode == 0, result.stderr
+    job_dir = wait_for_latest(workdir)
+    assert stat.S_IMODE(job_dir.stat().st_mode) == 0o700
+    files = [p for p in job_dir.iterdir() if not p.is_symlink()]
+    assert {p.name for p in files} >= {"job.json", "worker.0.log", "server.0.log"}
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
+    assert "s3cret" in (job_dir / "job.json").read_text()  # private, so it may hold it
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mounting a small tmpfs needs root")
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_full_disk_stops_the_log_not_the_job(tmp_path: Path, as_json: bool) -> None:
+    megabytes = 3  # into a 1 MB disk
+    lines = int(megabytes * 1024 * 1024 / 100)
+    command = f"{shlex.quote(PYTHON)} {shlex.quote(program('write_lots.py'))} {megabytes}; exit 7"
+    with tmpfs(tmp_path / "small", "size=1m") as disk:
+        result = run_dtrain(
+            [
+                "launch",
+                *(["--json"] if as_json else []),
+                "--log-dir",
+                str(disk),
+                "--framework",
+                "torch",
+                "-n",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                command,
+            ],
+            tmp_path,
+            timeout_s=120,
+        )
+        assert result.returncode == 7, result.stderr[-2000:]
+        console = result.stderr if as_json else result.stdout
+        printed = [line for line in console.splitlines() if line.startswith("[worker.0] ")]
+        assert len(printed) == lines
+        assert printed[-1].startswith(f"[worker.0] {lines - 1:08d} ")
+        job_dir = (disk / "latest").resolve()
+        warnings = [line for line in result.stderr.splitlines() if "cannot write" in line]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(
+            f"dtrain: cannot write worker.0's log {job_dir}/worker.0.log: No space left on device"
+        )
+        document = json.loads((job_dir / "job.json").read_text())
+        assert document["state"] == "failed"
+        assert document["result"]["exit_code"] == 7
+        assert not (job_dir / RESERVE_FILE).exists()
+        if as_json:
+            assert json.loads(result.stdout)["exit_code"] == 7
+
+
+def test_the_next_launch_says_the_previous_launcher_died(workdir: Path) -> None:
+    launch = start_dtrain(
+        ["launch", "-n", "1", "-s", "0", "--grace", "1", "--", PYTHON, BY_TASK, "*=sleep"],
+        workdir,
+    )
+    try:
+        job_dir = wait_for_latest(workdir)
+        wait_for_line(job_dir / "worker.0.log", "ready worker.0")
+        pids = job_pids(job_dir.name)
+    finally:
+        launch.kill()
+        launch.communicate(timeout=10)
+    assert wait_gone(pids, 10) == []
+    result = run_dtrain(["launch", "-n", "1", "-s", "0", "--", PYTHON, BY_TASK], workdir)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"dtrain: the previous job {job_dir.name} never recorded its end: launcher died "
+        f"(pid {launch.pid})"
+    ) in result.stderr
+    assert json.loads((job_dir / "job.json").read_text())["state"] == "launcher_died"
