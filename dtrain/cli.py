@@ -515,6 +515,7 @@ def finish_sweep(
 @cli.command("ps", context_settings=CONTEXT)
 @hosts_option
 @job_option
+@log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
 @ssh_options
 @json_option
@@ -522,6 +523,7 @@ def finish_sweep(
 def ps_command(
     hostfile: Path | None,
     job: str | None,
+    log_dir: str,
     remote_python: str,
     ssh_config: Path | None,
     accept_new_host_keys: bool,
@@ -532,8 +534,10 @@ def ps_command(
 
     A job process is one of yours whose environment carries DTRAIN_JOB_ID (any dtrain job)
     or DMLC_ROLE (a parameter-server process, however it was started), or a descendant of
-    one. Found by environment, never by name. Without -H, this machine. Exits 0 when every
-    host answered, whatever it found.
+    one. Found by environment, never by name. Without -H, this machine. Also lists the jobs
+    under --log-dir whose launcher died (killed or crashed) before it recorded their end, and
+    marks them launcher_died in their job.json. Exits 0 when every host answered, whatever it
+    found.
 
     \b
     Examples:
@@ -543,9 +547,12 @@ def ps_command(
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     from dtrain import cleanup, hostprocs  # only ps/kill/doctor need them: launch starts faster
 
+    root = joblog.check_root(log_dir)
     scans = list(cleanup.scan(read_hosts(hostfile), ssh, job, remote_python=remote_python).values())
+    dead = joblog.dead_launcher_jobs(root, local_hostname(), job)
     outcome = hostprocs.scan_outcome(scans)
-    finish_sweep("ps", as_json, outcome, render.ps_text(scans), render.ps_data(scans, job))
+    text, data = render.ps_text(scans, dead), render.ps_data(scans, job, dead)
+    finish_sweep("ps", as_json, outcome, text, data)
 
 
 @cli.command("kill", context_settings=CONTEXT)

@@ -9,7 +9,7 @@ from typing import Any
 
 from dtrain.diagnosis import CheckResult, DoctorReport, Status
 from dtrain.errors import Problem
-from dtrain.hostprocs import Fate, HostKill, HostScan, JobProcess
+from dtrain.hostprocs import DeadLauncherJob, Fate, HostKill, HostScan, JobProcess
 from dtrain.hostprocs import duration_text as duration_text  # re-exported for callers
 from dtrain.plan import JobPlan
 from dtrain.results import JobResult, JobState, TaskExit, signal_name
@@ -218,8 +218,9 @@ PS_HEADER = ("PID", "TASK", "AGE", "CPU", "RSS", "COMMAND")
 KILL_HEADER = ("PID", "TASK", "RESULT", "COMMAND")
 
 
-def ps_text(scans: Sequence[HostScan]) -> str:
-    """What `dtrain ps` prints: per host, each job's processes with pid, task, age, CPU, RSS."""
+def ps_text(scans: Sequence[HostScan], dead: Sequence[DeadLauncherJob] = ()) -> str:
+    """What `dtrain ps` prints: per host, each job's processes with pid, task, age, CPU, RSS;
+    then the jobs in the log directory whose launcher died."""
     lines = []
     for scan in scans:
         name = _host_name(scan)
@@ -230,7 +231,44 @@ def ps_text(scans: Sequence[HostScan]) -> str:
         else:
             lines.append(f"{name}: {_count(len(scan.processes), 'job process')}")
             lines += _job_tables(scan, PS_HEADER, _ps_row)
+    lines += dead_launcher_lines(dead, scans)
     return "\n".join(lines) + "\n"
+
+
+def _left(job: DeadLauncherJob, scans: Sequence[HostScan]) -> int:
+    return sum(1 for scan in scans for proc in scan.processes if proc.job_id == job.job_id)
+
+
+def dead_launcher_lines(dead: Sequence[DeadLauncherJob], scans: Sequence[HostScan]) -> list[str]:
+    """One line per job whose launcher died: which launcher, and whether anything is left."""
+    if not dead:
+        return []
+    lines = [f"{_count(len(dead), 'job')} whose launcher died (job.json says launcher_died):"]
+    for job in dead:
+        launcher = job.launcher
+        started = f", started {_clock(job.started_at)}" if job.started_at else ""
+        left = _left(job, scans)
+        tail = (
+            f"{_count(left, 'process')} left: dtrain kill --job {job.job_id}"
+            if left
+            else "no process left"
+        )
+        lines.append(
+            f"  job {job.job_id}: launcher died (pid {launcher.pid} on {launcher.host}"
+            f"{started}); {tail}; logs in {job.log_dir}/"
+        )
+    return lines
+
+
+def ps_data(
+    scans: Sequence[HostScan], job: str | None, dead: Sequence[DeadLauncherJob] = ()
+) -> dict[str, object]:
+    """The `data` of `dtrain ps --json`."""
+    return {
+        "job": job,
+        "hosts": [scan.to_dict() for scan in scans],
+        "launcher_died": [d.to_dict(_left(d, scans)) for d in dead],
+    }
 
 
 def kill_text(kills: Sequence[HostKill]) -> str:
@@ -251,11 +289,6 @@ def kill_text(kills: Sequence[HostKill]) -> str:
             lines += _job_tables(kill.scan, KILL_HEADER, _kill_row(kill), _survivor_reason(kill))
     lines.append(_kill_total(kills))
     return "\n".join(lines) + "\n"
-
-
-def ps_data(scans: Sequence[HostScan], job: str | None) -> dict[str, object]:
-    """The `data` of `dtrain ps --json`."""
-    return {"job": job, "hosts": [scan.to_dict() for scan in scans]}
 
 
 def kill_data(

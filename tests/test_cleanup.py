@@ -22,7 +22,16 @@ from typing import Any
 import pytest
 
 from dtrain.errors import ExitCode, Problem
-from dtrain.hostprocs import HostKill, HostScan, JobProcess, Survivor, kill_outcome, scan_outcome
+from dtrain.hostprocs import (
+    DeadLauncherJob,
+    HostKill,
+    HostScan,
+    JobProcess,
+    Launcher,
+    Survivor,
+    kill_outcome,
+    scan_outcome,
+)
 from dtrain.remote import procs
 from dtrain.render import cpu_text, duration_text, kill_text, ps_text, size_text
 from tests.conftest import (
@@ -398,6 +407,20 @@ def test_kill_text_says_what_went_on_term_on_kill_and_what_survived_and_why() ->
 def test_ps_text_for_empty_and_unreachable_hosts() -> None:
     text = ps_text([HostScan("h1", is_local=True), HostScan("h2", error=UNREACHABLE)])
     assert text == "h1 (this machine): no job processes\nh2: not scanned (see the error below)\n"
+
+
+@pytest.mark.parametrize(
+    ("left", "tail"),
+    [(0, "no process left"), (2, "2 processes left: dtrain kill --job J")],
+)
+def test_ps_text_lists_jobs_whose_launcher_died_and_what_they_left(left: int, tail: str) -> None:
+    dead = DeadLauncherJob("J", "dtrain-logs/J", Launcher(pid=4242, host="node0"))
+    scan = HostScan("h1", tuple(process(10 + i, job="J") for i in range(left)), is_local=True)
+    text = ps_text([scan], [dead])
+    assert text.splitlines()[-2:] == [
+        "1 job whose launcher died (job.json says launcher_died):",
+        f"  job J: launcher died (pid 4242 on node0); {tail}; logs in dtrain-logs/J/",
+    ]
 
 
 @pytest.mark.parametrize(

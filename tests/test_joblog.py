@@ -164,6 +164,37 @@ def test_a_full_disk_stops_the_log_not_the_job(tmp_path: Path, as_json: bool) ->
             assert json.loads(result.stdout)["exit_code"] == 7
 
 
+def test_launcher_killed_shows_in_ps_and_in_job_json_and_the_next_launch(workdir: Path) -> None:
+    launch = start_dtrain(
+        ["launch", "-n", "1", "-s", "0", "--grace", "1", "--", PYTHON, BY_TASK, "*=sleep"],
+        workdir,
+    )
+    try:
+        job_dir = wait_for_latest(workdir)
+        wait_for_line(job_dir / "worker.0.log", "ready worker.0")
+        pids = job_pids(job_dir.name)
+    finally:
+        launch.kill()
+        launch.communicate(timeout=10)
+    assert wait_gone(pids, 10) == []  # the agent stops its tasks by itself
+    document = json.loads((job_dir / "job.json").read_text())
+    assert document["state"] == "running"  # nobody has looked yet
+    assert document["launcher"]["pid"] == launch.pid
+    assert document["launcher"]["start_ticks"] > 0
+
+    listed = run_dtrain(["ps", "--json"], workdir)
+    assert listed.returncode == 0, listed.stderr
+    [dead] = json.loads(listed.stdout)["data"]["launcher_died"]
+    assert dead["job_id"] == job_dir.name and dead["launcher"]["pid"] == launch.pid
+    assert dead["processes_left"] == 0
+    assert json.loads((job_dir / "job.json").read_text())["state"] == "launcher_died"
+
+    text = run_dtrain(["ps", "--log-dir", "dtrain-logs"], workdir)
+    assert f"job {job_dir.name}: launcher died (pid {launch.pid} " in text.stdout
+    elsewhere = run_dtrain(["ps", "--log-dir", str(workdir / "nothing-here")], workdir)
+    assert "launcher died" not in elsewhere.stdout
+
+
 def test_the_next_launch_says_the_previous_launcher_died(workdir: Path) -> None:
     launch = start_dtrain(
         ["launch", "-n", "1", "-s", "0", "--grace", "1", "--", PYTHON, BY_TASK, "*=sleep"],
@@ -184,3 +215,19 @@ def test_the_next_launch_says_the_previous_launcher_died(workdir: Path) -> None:
         f"(pid {launch.pid})"
     ) in result.stderr
     assert json.loads((job_dir / "job.json").read_text())["state"] == "launcher_died"
+
+
+def test_a_live_launcher_is_not_reported_dead(workdir: Path) -> None:
+    launch = start_dtrain(
+        ["launch", "-n", "1", "-s", "0", "--grace", "1", "--", PYTHON, BY_TASK, "*=sleep"],
+        workdir,
+    )
+    try:
+        job_dir = wait_for_latest(workdir)
+        wait_for_line(job_dir / "worker.0.log", "ready worker.0")
+        listed = run_dtrain(["ps", "--json", "--job", job_dir.name], workdir)
+    finally:
+        launch.terminate()
+        launch.communicate(timeout=30)
+    assert json.loads(listed.stdout)["data"]["launcher_died"] == []
+    assert json.loads((job_dir / "job.json").read_text())["state"] == "interrupted"
