@@ -140,6 +140,7 @@ def kill_sessions(
             dry_run,
             by_term=frozenset(reply.get("term", ())),
             by_kill=frozenset(reply.get("kill", ())),
+            already_gone=frozenset(reply.get("gone", ())),
             survivors=tuple(
                 Survivor(int(s["pid"]), str(s["reason"])) for s in reply.get("survivors", ())
             ),

@@ -26,6 +26,7 @@ class Fate(str, Enum):
     TERM = "term"  # gone within the grace after SIGTERM
     KILL = "kill"  # still there after the grace: gone after SIGKILL
     SURVIVED = "survived"  # still there after SIGKILL
+    GONE = "gone"  # gone before it was signalled: its own launcher stopped it, or it exited
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ class HostKill:
     by_term: frozenset[int] = frozenset()
     by_kill: frozenset[int] = frozenset()
     survivors: tuple[Survivor, ...] = ()
+    already_gone: frozenset[int] = frozenset()
 
     @property
     def host(self) -> str:
@@ -187,6 +189,8 @@ class HostKill:
             return Fate.KILL
         if any(s.pid == pid for s in self.survivors):
             return Fate.SURVIVED
+        if pid in self.already_gone:
+            return Fate.GONE
         return Fate.LISTED
 
     def to_dict(self) -> dict[str, object]:

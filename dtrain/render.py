@@ -211,6 +211,7 @@ FATE_TEXT = {
     Fate.TERM: "SIGTERM",
     Fate.KILL: "SIGKILL",
     Fate.SURVIVED: "SURVIVED",
+    Fate.GONE: "already gone",
 }
 
 
@@ -386,6 +387,8 @@ def _kill_summary(kill: HostKill) -> str:
         parts.append(f"{len(kill.by_kill)} on SIGKILL after the {kill.grace_s:g}s grace")
     if kill.survivors:
         parts.append(f"{len(kill.survivors)} survived")
+    if kill.already_gone:
+        parts.append(f"{len(kill.already_gone)} had already exited (not signalled)")
     stopped = len(kill.by_term) + len(kill.by_kill)
     return f"stopped {stopped} of {_count(found, 'process')}: " + ", ".join(parts)
 

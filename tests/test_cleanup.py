@@ -404,6 +404,40 @@ def test_kill_text_says_what_went_on_term_on_kill_and_what_survived_and_why() ->
     ]
 
 
+def test_kill_text_does_not_count_what_was_gone_before_it_was_signalled() -> None:
+    scan = HostScan("h1", (process(10), process(11, task="worker.1")))
+    result = HostKill(scan, 5.0, by_term=frozenset({10}), already_gone=frozenset({11}))
+    assert kill_text([result]).splitlines() == [
+        "h1: stopped 1 of 2 processes: 1 on SIGTERM, 1 had already exited (not signalled)",
+        "  job J",
+        "    PID  TASK      RESULT        COMMAND",
+        "    10   worker.0  SIGTERM       python train.py",
+        "    11   worker.1  already gone  python train.py",
+        "stopped 1 process on 1 host; nothing is left",
+    ]
+
+
+def test_a_process_that_exits_between_the_scan_and_the_signal_is_reported_already_gone() -> None:
+    # A live launch stops its other tasks as soon as `dtrain kill` stops the first: a process
+    # the kill found may be gone before the kill signals it, and the kill did not stop it.
+    sleepers = [
+        subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        for _ in range(2)
+    ]
+    try:
+        table = procs.snapshot()  # what the kill's scan saw: both running
+        stopped_by_launcher = sleepers[1]
+        stopped_by_launcher.kill()
+        stopped_by_launcher.wait(timeout=10)
+        pids = [p.pid for p in sleepers]
+        by_term, by_kill, survivors, gone = procs.terminate(table, pids, 5.0)
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait(timeout=10)
+    assert (by_term, by_kill, survivors, gone) == ([sleepers[0].pid], [], [], [sleepers[1].pid])
+
+
 def test_ps_text_for_empty_and_unreachable_hosts() -> None:
     text = ps_text([HostScan("h1", is_local=True), HostScan("h2", error=UNREACHABLE)])
     assert text == "h1 (this machine): no job processes\nh2: not scanned (see the error below)\n"

@@ -298,6 +298,7 @@ def signal_processes(table, selected, signum, errors=None):
 
     Only processes that are still the ones in `table` (same start time): a pid reused by
     someone else since the snapshot is never signalled. Failures land in `errors` by pid.
+    Returns the pids signalled: one already gone was not (its launcher stopped it, or it exited).
     """
     stats = {pid: read_stat(pid) for pid in pids()}  # every user's: a group may hold others'
     chosen = set(
@@ -308,6 +309,7 @@ def signal_processes(table, selected, signum, errors=None):
         if stat is not None and stat[0] != "Z":
             groups.setdefault(stat[2], []).append(pid)
     done = set()
+    signalled = set()
     for pid in selected:
         if pid in done or pid not in chosen:
             continue
@@ -317,14 +319,17 @@ def signal_processes(table, selected, signum, errors=None):
             if pgid > 1 and members and all(member in chosen for member in members):
                 done.update(members)
                 os.killpg(pgid, signum)
+                signalled.update(members)
             else:
                 done.add(pid)
                 os.kill(pid, signum)
+                signalled.add(pid)
         except ProcessLookupError:
             pass
         except OSError as exc:
             if errors is not None:
                 errors[pid] = exc.strerror or str(exc)
+    return signalled
 
 
 def _wait_gone(table, waiting, seconds, poll_s):
@@ -340,20 +345,22 @@ def terminate(table, selected, grace_s, poll_s=0.05, errors=None):
     """SIGTERM (and SIGCONT, so stopped processes see it), wait up to the grace, SIGKILL what
     is left, verify.
 
-    Returns (killed_by_term, killed_by_kill, survivors) as lists of pids.
+    Returns (killed_by_term, killed_by_kill, survivors, already_gone) as lists of pids;
+    `already_gone` were gone before they could be signalled, so this did not stop them.
     """
     if not selected:
-        return [], [], []
-    signal_processes(table, selected, signal.SIGTERM, errors)
+        return [], [], [], []
+    signalled = signal_processes(table, selected, signal.SIGTERM, errors)
     signal_processes(table, selected, signal.SIGCONT)
     remaining = _wait_gone(table, selected, grace_s, poll_s)
-    by_term = [pid for pid in selected if pid not in remaining]
+    already_gone = [pid for pid in selected if pid not in remaining and pid not in signalled]
+    by_term = [pid for pid in selected if pid not in remaining and pid in signalled]
     survivors = []  # type: List[int]
     if remaining:
         signal_processes(table, remaining, signal.SIGKILL, errors)
         survivors = _wait_gone(table, remaining, KILL_WAIT_S, poll_s)
     by_kill = [pid for pid in remaining if pid not in survivors]
-    return by_term, by_kill, survivors
+    return by_term, by_kill, survivors, already_gone
 
 
 def why_alive(pid, errors):
@@ -417,7 +424,7 @@ def kill(job=None, include_dmlc=True, grace_s=5.0, dry_run=False, rounds=3):
     """
     table, selected = find(job, include_dmlc)
     reply = _found(table, selected)
-    reply.update({"term": [], "kill": [], "survivors": [], "dry_run": bool(dry_run)})
+    reply.update({"term": [], "kill": [], "gone": [], "survivors": [], "dry_run": bool(dry_run)})
     if dry_run:
         return reply
     errors = {}  # type: Dict[int, str]
@@ -433,9 +440,10 @@ def kill(job=None, include_dmlc=True, grace_s=5.0, dry_run=False, rounds=3):
             reply["processes"].extend(describe(table, selected))
             known.update((pid, table[pid].start_ticks) for pid in selected)
             grace = min(grace, 1.0)
-        by_term, by_kill, left = terminate(table, selected, grace, errors=errors)
+        by_term, by_kill, left, gone = terminate(table, selected, grace, errors=errors)
         reply["term"].extend(by_term)
         reply["kill"].extend(by_kill)
+        reply["gone"].extend(gone)
         survivors.extend((pid, table[pid].start_ticks) for pid in left)
     reply["survivors"] = [
         {"pid": pid, "reason": why_alive(pid, errors)}
