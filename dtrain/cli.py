@@ -199,6 +199,13 @@ class TerminalConsole:
                     views[0] = views[0][written:]
         except (BrokenPipeError, ValueError):  # ValueError: the stream was closed under us
             self.closed.add(id(out))
+        except OSError as exc:  # a full disk under `> out.log`: silence the stream, not the job
+            self.closed.add(id(out))
+            if out is not self.stderr:
+                self.note(
+                    f"cannot write to stdout: {exc.strerror or exc}; task output goes on "
+                    "to the logs and stderr only"
+                )
 
     def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
         key = (task.label, is_stderr)

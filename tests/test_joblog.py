@@ -17,6 +17,7 @@ import pytest
 from dtrain.joblog import RESERVE_FILE
 from tests.conftest import (
     PYTHON,
+    dtrain_argv,
     job_pids,
     program,
     run_dtrain,
@@ -129,6 +130,7 @@ def test_a_full_disk_stops_the_log_not_the_job(tmp_path: Path, as_json: bool) ->
     with tmpfs(tmp_path / "small", "size=1m") as disk:
         result = run_dtrain(
             [
+                "--debug",  # says when job.json needed its reserve
                 "launch",
                 *(["--json"] if as_json else []),
                 "--log-dir",
@@ -156,6 +158,7 @@ def test_a_full_disk_stops_the_log_not_the_job(tmp_path: Path, as_json: bool) ->
         assert warnings[0].startswith(
             f"dtrain: cannot write worker.0's log {job_dir}/worker.0.log: No space left on device"
         )
+        assert "job.json does not fit" in result.stderr  # the disk was full at the end
         document = json.loads((job_dir / "job.json").read_text())
         assert document["state"] == "failed"
         assert document["result"]["exit_code"] == 7
@@ -231,3 +234,30 @@ def test_a_live_launcher_is_not_reported_dead(workdir: Path) -> None:
         launch.communicate(timeout=30)
     assert json.loads(listed.stdout)["data"]["launcher_died"] == []
     assert json.loads((job_dir / "job.json").read_text())["state"] == "interrupted"
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_under_redirected_stdout_silences_stdout_not_the_job(tmp_path: Path) -> None:
+    command = f"{shlex.quote(PYTHON)} {shlex.quote(program('write_lots.py'))} 2; exit 7"
+    with tmpfs(tmp_path / "small", "size=512k") as disk, open(disk / "out.log", "wb") as out:
+        result = subprocess.run(
+            [
+                *dtrain_argv("launch", "--framework", "torch", "-n", "1"),
+                *("--", "sh", "-c", command),
+            ],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 7, result.stderr[-2000:]
+    warnings = [line for line in result.stderr.splitlines() if "cannot write to stdout" in line]
+    assert warnings == [
+        "dtrain: cannot write to stdout: No space left on device; task output goes on "
+        "to the logs and stderr only"
+    ]
+    assert "Traceback" not in result.stderr
+    log = (tmp_path / "dtrain-logs" / "latest" / "worker.0.log").read_text().splitlines()
+    assert len(log) == int(2 * 1024 * 1024 / 100)
