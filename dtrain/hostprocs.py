@@ -314,13 +314,13 @@ class Launcher:
         if not isinstance(entry, Mapping):
             return None
         pid, host = entry.get("pid"), entry.get("host")
-        if not isinstance(pid, int) or not isinstance(host, str):
+        if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(host, str):
             return None
         ticks, boot = entry.get("start_ticks"), entry.get("boot_id")
         return cls(
             pid=pid,
             host=host,
-            start_ticks=ticks if isinstance(ticks, int) else None,
+            start_ticks=ticks if isinstance(ticks, int) and not isinstance(ticks, bool) else None,
             boot_id=boot if isinstance(boot, str) else None,
         )
 

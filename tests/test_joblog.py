@@ -4,6 +4,7 @@ job.json tells the truth even when dtrain itself was killed."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -13,8 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from dtrain.joblog import RESERVE_FILE
+from dtrain.hostprocs import Launcher
+from dtrain.joblog import RESERVE_FILE, launcher_is_gone, this_launcher
 from tests.conftest import (
     PYTHON,
     dtrain_argv,
@@ -261,3 +265,47 @@ def test_a_full_disk_under_redirected_stdout_silences_stdout_not_the_job(tmp_pat
     assert "Traceback" not in result.stderr
     log = (tmp_path / "dtrain-logs" / "latest" / "worker.0.log").read_text().splitlines()
     assert len(log) == int(2 * 1024 * 1024 / 100)
+
+
+# ---- who ran the job (pure, and this process) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (None, None),
+        ("1234", None),
+        ({"pid": "1234", "host": "h"}, None),
+        ({"pid": 1234}, None),
+        ({"pid": True, "host": "h"}, None),
+        ({"pid": 1234, "host": "h"}, Launcher(1234, "h")),
+        (
+            {"pid": 1234, "host": "h", "start_ticks": 99, "boot_id": "b"},
+            Launcher(1234, "h", 99, "b"),
+        ),
+        ({"pid": 1234, "host": "h", "start_ticks": "99", "boot_id": 7}, Launcher(1234, "h")),
+    ],
+)
+def test_launcher_from_job_json(entry: object, expected: Launcher | None) -> None:
+    assert Launcher.from_dict(entry) == expected
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=10,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["pid", "host", "start_ticks", "boot_id"]), JSON) | JSON)
+def test_any_launcher_entry_reads_as_a_launcher_or_none(entry: object) -> None:
+    launcher = Launcher.from_dict(entry)
+    assert launcher is None or Launcher.from_dict(launcher.to_dict()) == launcher
+
+
+def test_a_launcher_is_gone_only_when_this_host_no_longer_runs_that_very_process() -> None:
+    me = this_launcher("here")
+    assert not launcher_is_gone(me, "here")
+    assert launcher_is_gone(dataclasses.replace(me, start_ticks=(me.start_ticks or 0) + 1), "here")
+    assert launcher_is_gone(dataclasses.replace(me, boot_id="an earlier boot"), "here")
+    assert not launcher_is_gone(dataclasses.replace(me, start_ticks=-1), "elsewhere")
