@@ -56,7 +56,7 @@ def main() -> None:
     wrap(launcher.Hosts, "open", "connect + open agent channels")
     wrap(launcher, "gather_facts", "agents boot and answer hello")
     wrap(tracker, "plan_job", "plan")
-    wrap(launcher, "prepare_log_dir", "log dir")
+    wrap(launcher.Launch, "_prepare_log_dir", "log dir")
     wrap(launcher.Launch, "_hand_out_tasks", "launch request (check tasks)")
     wrap(launcher, "run_on_all", lambda args: f"request {args[1]!r} on all hosts")
     wrap(supervise.Supervisor, "run", "supervise until every task ended")
