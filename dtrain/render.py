@@ -199,7 +199,10 @@ def root_cause_lines(job_id: str, cause: TaskExit) -> list[str]:
     if cause.stderr_tail:
         lines.append("  last stderr lines:")
         lines += [f"    | {line}" for line in cause.stderr_tail]
-    lines.append(f"  full log: {cause.log_path}")
+    if cause.log_error is None:
+        lines.append(f"  full log: {cause.log_path}")
+    else:
+        lines.append(f"  log: {cause.log_path} (incomplete: {cause.log_error})")
     return lines
 
 

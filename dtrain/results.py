@@ -33,6 +33,7 @@ class TaskExit:
     reason: str | None = None
     detail: str | None = None
     pid: int | None = None
+    log_error: str | None = None  # why the log stopped being written (a full disk)
 
     @property
     def failed(self) -> bool:
@@ -95,6 +96,7 @@ class TaskExit:
             "reason": self.reason,
             "detail": self.detail,
             "log": self.log_path,
+            "log_error": self.log_error,
         }
 
 

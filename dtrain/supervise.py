@@ -198,6 +198,7 @@ class Supervisor:
             reason=reason,
             detail=detail,
             pid=run.pid,
+            log_error=run.log.error,
         )
         run.log.close()
         self.console.task_closed(run.spec)

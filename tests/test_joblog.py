@@ -163,9 +163,13 @@ def test_a_full_disk_stops_the_log_not_the_job(tmp_path: Path, as_json: bool) ->
             f"dtrain: cannot write worker.0's log {job_dir}/worker.0.log: No space left on device"
         )
         assert "job.json does not fit" in result.stderr  # the disk was full at the end
+        assert f"  log: {job_dir}/worker.0.log (incomplete: No space left on device)" in (
+            result.stderr
+        )
         document = json.loads((job_dir / "job.json").read_text())
         assert document["state"] == "failed"
         assert document["result"]["exit_code"] == 7
+        assert document["result"]["root_cause"]["log_error"] == "No space left on device"
         assert not (job_dir / RESERVE_FILE).exists()
         if as_json:
             assert json.loads(result.stdout)["exit_code"] == 7
