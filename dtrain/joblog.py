@@ -74,6 +74,9 @@ class JobPaths:
 
     root: Path
     job_id: str
+    made: tuple[
+        Path, ...
+    ] = ()  # the directories above the job's that dtrain created, deepest first
 
     @property
     def dir(self) -> Path:
@@ -107,7 +110,7 @@ def create(root: Path, job_id: str) -> JobPaths:
     Called before any host is connected, so a log directory that cannot be made (a file in the
     way, read-only, /proc, a full disk) starts nothing.
     """
-    paths = JobPaths(root, job_id)
+    paths = JobPaths(root, job_id, made=tuple(p for p in (root, *root.parents) if not p.exists()))
     try:
         root.mkdir(parents=True, exist_ok=True)
         paths.dir.mkdir(mode=DIR_MODE)
@@ -125,6 +128,9 @@ def create(root: Path, job_id: str) -> JobPaths:
 def remove(paths: JobPaths) -> None:
     """Remove a job directory that never ran a task (the launch failed before starting any)."""
     shutil.rmtree(paths.dir, ignore_errors=True)
+    for made in paths.made:
+        with contextlib.suppress(OSError):
+            made.rmdir()  # only if still empty: another job may have started there meanwhile
 
 
 def populate(paths: JobPaths, plan: JobPlan, host: str) -> DeadLauncherJob | None:

@@ -96,6 +96,15 @@ def test_a_log_dir_that_cannot_be_made_exits_2_before_any_host_is_connected(
     assert not (tmp_path / "dtrain-logs").exists()
 
 
+def test_a_launch_that_starts_nothing_leaves_no_log_directory_behind(workdir: Path) -> None:
+    result = run_dtrain(
+        ["launch", "--log-dir", "runs/today", "-n", "1", "--", "no-such-trainer"], workdir
+    )
+    assert result.returncode == 3, result.stderr
+    assert "nothing was started" in result.stderr
+    assert list(workdir.iterdir()) == []
+
+
 def test_job_directory_is_0700_and_every_file_in_it_0600(workdir: Path) -> None:
     old = os.umask(0o022)
     try:
