@@ -321,6 +321,10 @@ def mark_if_launcher_died(job_dir: Path, host: str) -> DeadLauncherJob | None:
     document = _read_document(job_dir / JOB_FILE)
     if document is None or document.get("state") != RUNNING:
         return None
+    return _mark(job_dir, document, host)
+
+
+def _mark(job_dir: Path, document: dict[str, Any], host: str) -> DeadLauncherJob | None:
     dead = _dead_job(job_dir, document)
     if dead is None or not launcher_is_gone(dead.launcher, host):
         return None
@@ -346,11 +350,13 @@ def dead_launcher_jobs(root: Path, host: str, job: str | None = None) -> list[De
     for job_dir in entries:
         if job is not None and job_dir.name != job:
             continue
-        dead = mark_if_launcher_died(job_dir, host)
-        if dead is None:
-            document = _read_document(job_dir / JOB_FILE)
-            if document is not None and document.get("state") == LAUNCHER_DIED:
-                dead = _dead_job(job_dir, document)
+        document = _read_document(job_dir / JOB_FILE)
+        state = document.get("state") if document is not None else None
+        dead = None
+        if document is not None and state == RUNNING:
+            dead = _mark(job_dir, document, host)
+        elif document is not None and state == LAUNCHER_DIED:
+            dead = _dead_job(job_dir, document)
         if dead is not None:
             found.append(dead)
     return found
