@@ -60,7 +60,7 @@ _ID_RE = r"[0-9a-f]{6}"
 _NETNS_RE = re.compile(rf"^{NAME_PREFIX}{_ID_RE}-h\d+$")
 _LINK_RE = re.compile(rf"^{NAME_PREFIX}{_ID_RE}(?:br|v\d+)$")
 _WORKDIR_RE = re.compile(rf"^{WORKDIR_PREFIX}{_ID_RE}-")
-_SSHD_CONFIG_RE = re.compile(rf"/{WORKDIR_PREFIX}{_ID_RE}-[^/]*/h\d+/sshd_config$")
+_WORKDIR_PATH_RE = re.compile(rf"/[^\0=:\s]*/{WORKDIR_PREFIX}{_ID_RE}-[^/\0\s]*/")
 _MARKER = ".dtrain-cluster"
 _PROBE_PORT = 1  # closed on every host: connecting gets an RST, proving the path
 
@@ -1035,17 +1035,15 @@ def _cleanup_stale_locked() -> list[str]:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(text), signal.SIGKILL)
                 removed.append(f"process {text} in netns {name}")
-    for pid in _all_pids():  # sshd of a stale cluster whose netns was already deleted
-        try:
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if os.readlink(f"/proc/{pid}/exe") != SSHD:
-                continue
-        except OSError:
-            continue
-        if any(_SSHD_CONFIG_RE.search(a.decode(errors="replace")) for a in args):
+    for pid in _all_pids():
+        # Outside any netns: sshd of a stale cluster whose netns was already deleted, daemons
+        # started beside a cluster with a config in its workdir (slurmctld of slurmcluster.py),
+        # and clients whose environment points into one (SLURM_CONF).
+        workdir = _stale_workdir_named_by(pid)
+        if workdir is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                removed.append(f"sshd {pid}")
+                removed.append(f"process {pid} of {workdir}")
     links = [n for n in _link_names() if _LINK_RE.match(n)]
     lines = [f"link del {n}" for n in links]
     lines += [f"netns del {n}" for n in stale_netns]
@@ -1065,6 +1063,28 @@ def _cleanup_stale_locked() -> list[str]:
     if removed:
         logger.warning("removed leftovers of crashed cluster runs: %s", ", ".join(removed))
     return removed
+
+
+def _stale_workdir_named_by(pid: int) -> str | None:
+    """The stale cluster workdir that `pid`'s command line or environment names, if any.
+
+    A workdir whose owner (its marker) still lives is not stale; one already removed is.
+    """
+    if pid == os.getpid():
+        return None
+    try:
+        text = Path(f"/proc/{pid}/cmdline").read_bytes() + b"\0"
+        text += Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for match in _WORKDIR_PATH_RE.finditer(text.decode(errors="replace")):
+        workdir = Path(match.group(0).rstrip("/"))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            owner = int((workdir / _MARKER).read_text().split()[0])
+            if owner != os.getpid() and _pid_state(owner) not in (None, "Z"):
+                continue
+        return str(workdir)
+    return None
 
 
 def _acquire_lock(path: Path, timeout_s: float, owner: str) -> _LockHandle:
