@@ -1,7 +1,8 @@
-"""Fixtures for tests that run against the namespaced ssh cluster (see netcluster.py).
+"""Fixtures for tests that run against the namespaced ssh cluster (see netcluster.py) and
+the Slurm cluster on top of it (see slurmcluster.py).
 
 Every test under tests/cluster gets the `cluster` marker. A failed test's report carries the
-sshd logs of the clusters it used.
+sshd logs of the clusters it used, and the Slurm daemons' logs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from .netcluster import Cluster
+from .slurmcluster import SlurmCluster
 
 _HERE = Path(__file__).parent
 _CLUSTERS = pytest.StashKey[list[Cluster]]()
+_SLURM_CLUSTERS = pytest.StashKey[list[SlurmCluster]]()
 _LOG_TAIL_CHARS = 4000
 
 
@@ -39,6 +42,14 @@ def pytest_runtest_makereport(
         for host in cluster.hosts:
             log = cluster.sshd_log(host)[-_LOG_TAIL_CHARS:]
             report.sections.append((f"sshd log {cluster.prefix} {host.name}", log))
+    for slurm in item.stash.get(_SLURM_CLUSTERS, []):
+        if not slurm.is_running:
+            continue
+        prefix = slurm.cluster.prefix
+        report.sections.append((f"slurmctld log {prefix}", slurm.log()[-_LOG_TAIL_CHARS:]))
+        for host in slurm.nodes:
+            log = slurm.log(host)[-_LOG_TAIL_CHARS:]
+            report.sections.append((f"slurmd log {prefix} {host.name}", log))
 
 
 @pytest.fixture
@@ -71,3 +82,35 @@ def make_cluster(request: pytest.FixtureRequest) -> Iterator[Callable[[int], Clu
 def cluster(make_cluster: Callable[[int], Cluster]) -> Cluster:
     """A running 3-host cluster (h1..h3), torn down after the test."""
     return make_cluster(3)
+
+
+@pytest.fixture
+def make_slurm_cluster(
+    request: pytest.FixtureRequest, make_cluster: Callable[[int], Cluster]
+) -> Iterator[Callable[[int], SlurmCluster]]:
+    """A factory: make_slurm_cluster(n) starts an n-host cluster with slurmctld and one slurmd
+    per host, all idle; Slurm is stopped after the test, then the hosts."""
+    made: list[SlurmCluster] = []
+    request.node.stash[_SLURM_CLUSTERS] = made
+
+    def make(n_nodes: int = 3) -> SlurmCluster:
+        slurm = SlurmCluster(make_cluster(n_nodes))
+        made.append(slurm)
+        slurm.start()
+        return slurm
+
+    yield make
+    errors = []
+    for slurm in made:
+        try:
+            slurm.stop()
+        except Exception as exc:  # stop the others before reporting
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def slurm_cluster(make_slurm_cluster: Callable[[int], SlurmCluster]) -> SlurmCluster:
+    """A running 3-node Slurm cluster (nodes h1..h3, all idle), torn down after the test."""
+    return make_slurm_cluster(3)
