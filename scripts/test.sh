@@ -5,7 +5,7 @@
 #   bash scripts/test.sh -k ssh     # extra arguments go to pytest
 #
 # Needs root (sudo from another account): the suite builds its own ssh cluster (network
-# namespaces, one sshd per host).
+# namespaces, one sshd per host) and a Slurm cluster on it (slurmctld, one slurmd per host).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,13 +16,19 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh"
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm"
 export DEBIAN_FRONTEND=noninteractive
-if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null; then
+if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null \
+    || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null; then
     apt-get update -qq
 fi
+# The tests start every daemon themselves (sshd per host; slurmctld and one slurmd per host, see
+# tests/cluster/slurmcluster.py), never the system's: the image's /usr/sbin/policy-rc.d (exit
+# 101) keeps the packages from starting sshd, slurmctld, slurmd or munge (pulled in by slurmd,
+# unused: the test cluster runs auth/none) on install.
 apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
+    slurmctld slurmd slurm-client \
     >/dev/null
 
 PYTHON=${PYTHON:-python3}
