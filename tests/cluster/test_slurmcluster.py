@@ -98,6 +98,25 @@ def test_salloc_gives_a_nodelist_that_scontrol_expands(slurm_cluster: SlurmClust
     assert result.stdout.splitlines() == ["h[1-2] 2", "h1", "h2"]
 
 
+def test_sbatch_from_a_host_runs_a_script_whose_srun_reaches_every_node(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    out = slurm_cluster.dir / "batch.out"
+    submitted = slurm_cluster.sbatch(
+        "--parsable", "-N3", f"--output={out}", "--wrap", "hostname; srun hostname | sort",
+        host="h3", check=True,
+    )  # fmt: skip
+    job_id = submitted.stdout.strip()
+
+    def state() -> str:
+        return slurm_cluster.squeue("-h", "-t", "all", "-j", job_id, "-o", "%T").stdout.strip()
+
+    # Polled: `sbatch --wait` would do, but it polls slowly (~10 s for an instant job).
+    wait_for(lambda: state() == "COMPLETED", what=f"batch job {job_id} to complete")
+    # The script itself runs on the allocation's first node, its srun on all three.
+    assert out.read_text().splitlines() == ["h1", "h1", "h2", "h3"]
+
+
 def test_srun_overlap_runs_beside_a_running_step_inside_a_host(
     slurm_cluster: SlurmCluster,
 ) -> None:
