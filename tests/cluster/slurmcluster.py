@@ -68,6 +68,7 @@ logger = logging.getLogger(__name__)
 
 SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
+SLURMSTEPD = "/usr/sbin/slurmstepd"
 CONTROLLER_PORT = 6817  # bound to the bridge address only; one cluster owns it at a time
 NODE_PORT = 6818  # inside each host's own network namespace
 CPUS_PER_NODE = 4
@@ -572,14 +573,31 @@ class SlurmCluster:
             )
 
     def _kill_steps(self, name: str) -> None:
-        """SIGKILL what slurmd left on the host: slurmstepd and tasks (all but sshd)."""
+        """SIGKILL what slurmd left on the host (slurmstepd and tasks), until none is left: a
+        stepd killed mid-launch may have forked a task after the previous sweep."""
         if not self.cluster.is_running:
             return  # the host is gone, and everything on it with it
-        with contextlib.suppress(ClusterError):
-            for pid in self.cluster.host_pids(name):
-                if _exe(pid) is not None and _is_slurm_leftover(pid, str(self.conf)):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+        for _ in range(5):
+            try:
+                found = [p for p in self.cluster.host_pids(name) if self._is_leftover(p)]
+            except ClusterError:
+                return  # the host was stopped
+            if not found:
+                return
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def _is_leftover(self, pid: int) -> bool:
+        """slurmstepd (its environment is empty), or a task (srun exports SLURM_CONF)."""
+        if _exe(pid) == os.path.realpath(SLURMSTEPD):
+            return True
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return f"SLURM_CONF={self.conf}".encode() in environ
 
     def _unmount_cgroup(self, name: str) -> None:
         if self.cluster.is_running:
@@ -657,16 +675,6 @@ SlurmdPidFile={d}/slurmd.%n.pid
 SlurmdLogFile={d}/slurmd.%n.log
 {node_lines}{partition}
 {extra}"""
-
-
-def _is_slurm_leftover(pid: int, conf: str) -> bool:
-    """A process slurmd left on a host: slurmstepd (empty environment) or a task (SLURM_CONF)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return cmdline.startswith(b"slurmstepd:") or f"SLURM_CONF={conf}".encode() in environ
 
 
 def _run_in_session(
