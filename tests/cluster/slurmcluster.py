@@ -32,10 +32,11 @@ Facts a later user needs (Slurm 22.05.8 in these namespaces, measured):
 - slurmstepd and the tasks are children of the host's PID 1 (slurmd double-forks), so killing a
   host still kills every task on it. slurmstepd's environment is empty and its command line is
   `slurmstepd: [JOB.STEP]`; tasks carry `SLURM_CONF` in their environment (srun exports it).
-- srun that made its own allocation forks a helper in its process group that cancels the
-  allocation when srun dies: SIGKILL of srun alone ends the job and its tasks within seconds.
-  SIGKILL of srun's whole process group (or of a step's srun inside salloc) leaves the tasks
-  running and the job `R` until scancel or the allocation's end.
+- srun forks a helper process into its own process group, with or without an allocation of
+  its own. SIGKILL of srun alone: the helper ends the step (and an allocation srun made) and the
+  tasks die within about a second. SIGKILL of the whole process group (srun and helper) leaves
+  the tasks running and the job `R` (the step still listed by `squeue -s`) until scancel or the
+  allocation's end: a launcher must not rely on srun's death to stop its tasks.
 - SIGTERM makes slurmctld save state and wait for its agents (~4 s); stop() uses SIGKILL, as the
   state is thrown away anyway. Nodes reach `idle` well within a second of slurmd starting.
 - /usr/sbin/slurmctld, slurmd and slurmstepd are Debian alternatives: /proc/PID/exe reads
