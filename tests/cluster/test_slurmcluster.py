@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -184,6 +185,21 @@ def test_sigkill_of_srun_and_its_helper_leaves_the_tasks_until_scancel(
     assert slurm_cluster.squeue("-h", "-o", "%T", check=True).stdout.split() == ["RUNNING"]
     slurm_cluster.scancel(job_id, check=True)
     wait_for(lambda: not pids_marked(marker), what="scancel to end the tasks")
+
+
+def test_sigkill_of_srun_alone_lets_its_helper_end_the_tasks(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    marker = f"DTCL_MARK={secrets.token_hex(4)}"
+    key, value = marker.split("=")
+    argv = ["srun", "-N3", "--ntasks-per-node=1", "sleep", "300"]
+    srun = slurm_cluster.spawn(argv, env={key: value})
+    wait_for(lambda: len(pids_marked(marker)) == 5, what="three tasks, srun and its helper")
+
+    os.kill(srun.pid, signal.SIGKILL)
+
+    wait_for(lambda: not pids_marked(marker), what="the helper to end the tasks")
+    wait_for(lambda: not slurm_cluster.squeue("-h").stdout.strip(), what="the job to end")
 
 
 def test_teardown_leaves_no_slurm_process_mount_or_state(
