@@ -251,6 +251,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
         level=logging.DEBUG if debug else logging.WARNING,
         format="dtrain: %(name)s: %(message)s",
     )
+    # paramiko logs a traceback for each failed handshake that dtrain reports in one line
+    logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)
 
 
 ROLE_ENV_FLAGS = {

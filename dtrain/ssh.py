@@ -9,6 +9,7 @@ paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 
 from __future__ import annotations
 
 import base64
+import errno
 import getpass
 import hashlib
 import logging
@@ -31,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 MAX_PARALLEL_CONNECTS = 32
+# a server that offers no protocol version or algorithm we share; the stubs lag paramiko
+IncompatiblePeer: type[paramiko.SSHException] = paramiko.IncompatiblePeer  # type: ignore[attr-defined]
+FIRST_BYTES = 256  # enough of what a port sends first to quote it when it is not ssh
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,62 @@ class UnknownHostKey(Exception):
         super().__init__(hostname)
         self.hostname = hostname
         self.key = key
+
+
+class HandshakeFailed(Exception):
+    """The port answered, but no ssh session came of it; `is_transient` says whether another
+    try can help (sshd drops connections beyond MaxStartups before its banner)."""
+
+    def __init__(self, reason: str, *, is_ssh: bool, is_transient: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.is_ssh = is_ssh
+        self.is_transient = is_transient
+
+
+def _await_first_bytes(sock: socket.socket, timeout_s: float) -> bytes:
+    """The server's first bytes, left unread for paramiko.
+
+    A silent port then fails in one clear line at the deadline (paramiko would wait as long,
+    then only say "Error reading SSH protocol banner"), and bytes that are not an SSH banner
+    can be quoted if the handshake fails.
+    """
+    sock.settimeout(timeout_s)
+    try:
+        first = sock.recv(FIRST_BYTES, socket.MSG_PEEK)
+    except TimeoutError:
+        raise HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False) from None
+    if not first:
+        raise HandshakeFailed(
+            "the server closed the connection before its SSH banner", is_ssh=True, is_transient=True
+        )
+    return first
+
+
+def _quoted_first_line(first: bytes) -> str:
+    line = first.split(b"\n", 1)[0].rstrip(b"\r")[:80]
+    return '"' + line.decode("ascii", "backslashreplace").encode("unicode_escape").decode() + '"'
+
+
+def _handshake_failure(
+    exc: paramiko.SSHException, first: bytes | None, timeout_s: float
+) -> HandshakeFailed | None:
+    """What a failed paramiko handshake means, when it is about the banner or the protocol."""
+    text = str(exc)
+    if isinstance(exc, IncompatiblePeer):
+        return HandshakeFailed(f"incompatible ssh server: {text}", is_ssh=True)
+    sent = None if first is None or first.startswith(b"SSH-") else _quoted_first_line(first)
+    if text.startswith(("Indecipherable protocol version", "Invalid SSH banner")):
+        return HandshakeFailed(f"it answered {sent or text}", is_ssh=False)
+    if not text.startswith("Error reading SSH protocol banner"):
+        return None
+    if sent is not None:
+        return HandshakeFailed(f"it answered {sent} instead of an SSH banner", is_ssh=False)
+    if isinstance(exc.__context__, TimeoutError):
+        return HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False)
+    return HandshakeFailed(
+        "the server closed the connection before its SSH banner", is_ssh=True, is_transient=True
+    )
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -347,6 +407,24 @@ class SshTransport:
         client.set_missing_host_key_policy(_HostKeyPolicy(accept_new, target.known_hosts_files[0]))
         sock = self._open_socket(target)
         try:
+            first = None
+            if isinstance(sock, socket.socket):
+                first = _await_first_bytes(sock, target.connect_timeout_s)
+            self._handshake(client, sock, target, first)
+        except BaseException:
+            client.close()
+            sock.close()
+            raise
+        return client
+
+    def _handshake(
+        self,
+        client: paramiko.SSHClient,
+        sock: socket.socket | paramiko.Channel,
+        target: SshTarget,
+        first: bytes | None,
+    ) -> None:
+        try:
             client.connect(
                 hostname=target.hostname,
                 port=target.port,
@@ -361,11 +439,11 @@ class SshTransport:
                 passphrase=None,
                 transport_factory=_Transport,  # type: ignore[arg-type]  # stubs lag paramiko
             )
-        except BaseException:
-            client.close()
-            sock.close()
-            raise
-        return client
+        except paramiko.SSHException as exc:
+            failure = _handshake_failure(exc, first, target.connect_timeout_s)
+            if failure is None:
+                raise
+            raise failure from exc
 
     def open_link(self, host: Host, python: str) -> SshLink:
         client = self.clients[host.name]
@@ -390,10 +468,27 @@ class SshTransport:
         self._spare_jumps.clear()
 
 
+DEFINITE_ERRNOS = (errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException)):
+    """Whether another try can help: a definite answer (refused, no banner, not ssh, a key or
+    login refused, no such name or route) stays the same, and a timed-out TCP connect already
+    had the kernel's own SYN retries."""
+    if isinstance(exc, HandshakeFailed):
+        return exc.is_transient
+    definite = (
+        UnknownHostKey,
+        paramiko.BadHostKeyException,
+        paramiko.AuthenticationException,
+        IncompatiblePeer,
+        socket.gaierror,
+        ConnectionRefusedError,
+        TimeoutError,
+    )
+    if isinstance(exc, definite):
         return False
-    if isinstance(exc, (paramiko.AuthenticationException, socket.gaierror)):
+    if isinstance(exc, OSError) and exc.errno in DEFINITE_ERRNOS:
         return False
     return isinstance(exc, (paramiko.SSHException, OSError, EOFError))
 
@@ -403,7 +498,22 @@ def describe_connect_error(
 ) -> Problem:
     """Turn whatever paramiko or the socket raised into a message that says what to do."""
     where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
-    doctor = "`dtrain doctor -H HOSTS` checks every host"
+    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
+        return Problem(
+            f"{where} is not an ssh server: {exc.reason}",
+            host=host.name,
+            code="not_ssh",
+            hint=f"check the port: is {target.port} where sshd listens on {host.name}? "
+            "(host:port in the hosts file, or Port in your ssh config)",
+        )
+    if isinstance(exc, HandshakeFailed):
+        return Problem(
+            f"{where}: {exc.reason}",
+            host=host.name,
+            code="handshake",
+            hint=f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
+            "client (sshd's log says why); --debug shows the ssh exchange",
+        )
     if isinstance(exc, UnknownHostKey):
         entry = known_hosts_entry(target.hostname, target.port)
         return Problem(
@@ -465,7 +575,7 @@ def describe_connect_error(
             f"{where}: connection timed out after {target.connect_timeout_s:g}s",
             host=host.name,
             code="timeout",
-            hint=f"check that {host.name} is up and that port {target.port} is open; {doctor}",
+            hint=f"check that {host.name} is up and that port {target.port} is open",
         )
     if isinstance(exc, ConnectionRefusedError):
         return Problem(
@@ -478,7 +588,8 @@ def describe_connect_error(
         f"{where}: {type(exc).__name__}: {exc}",
         host=host.name,
         code="connect",
-        hint=doctor,
+        hint=f"--debug shows the ssh exchange; `ssh -p {target.port} {target.user}@"
+        f"{target.hostname} true` shows what OpenSSH makes of {host.name}",
     )
 
 
