@@ -27,17 +27,64 @@ def signal_exit_code(signum: int) -> int:
     return 128 + signum
 
 
+MAX_NAMED = 3  # hosts named in a grouped line before "and N more"
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong on one host (or with one input), as it appears in text and JSON."""
+    """One thing wrong on one host (or with one input), as it appears in text and JSON.
+
+    Problems with the same `code` and `reason` (the message without the host) print as one
+    line naming their hosts (`subject`, else `host`), with `group_hint` when their hints differ.
+    """
 
     message: str
     host: str | None = None
     hint: str | None = None
     code: str = "error"
+    reason: str | None = None
+    subject: str | None = None
+    group_hint: str | None = None
 
     def to_dict(self) -> dict[str, str | None]:
         return {"code": self.code, "host": self.host, "message": self.message, "hint": self.hint}
+
+
+def group_problems(problems: Sequence[Problem]) -> list[list[Problem]]:
+    """Problems with one code and reason together, in order of first appearance; a problem
+    without a reason stands alone."""
+    groups: dict[object, list[Problem]] = {}
+    for index, problem in enumerate(problems):
+        key = (problem.code, problem.reason) if problem.reason is not None else index
+        groups.setdefault(key, []).append(problem)
+    return list(groups.values())
+
+
+def named_list(names: Sequence[str], limit: int = MAX_NAMED) -> str:
+    """`a, b, c and 1997 more`, or `a and b`."""
+    if len(names) <= limit:
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
+def problem_lines(problems: Sequence[Problem]) -> list[str]:
+    """Indented text for per-host problems: one line (and hint) per distinct reason."""
+    lines = []
+    for group in group_problems(problems):
+        first = group[0]
+        if len(group) == 1:
+            named = not first.host or first.message.startswith(first.host)
+            where = "" if named else f"{first.host}: "
+            lines.append(f"  {where}{first.message}")
+            hint = first.hint
+        else:
+            names = named_list([p.subject or p.host or "?" for p in group])
+            lines.append(f"  {len(group)} hosts: {first.reason}: {names}")
+            hints = {p.hint for p in group}
+            hint = first.hint if len(hints) == 1 else first.group_hint
+        if hint:
+            lines.append(f"    hint: {hint}")
+    return lines
 
 
 class DtrainError(Exception):
@@ -68,13 +115,7 @@ class DtrainError(Exception):
     def __str__(self) -> str:
         what = f"{self.host}: {self.what}" if self.host else self.what
         head = f"{self.location}: {what}" if self.location else f"dtrain: {what}"
-        lines = [head]
-        for problem in self.problems:
-            named = not problem.host or problem.message.startswith(problem.host)
-            where = "" if named else f"{problem.host}: "
-            lines.append(f"  {where}{problem.message}")
-            if problem.hint:
-                lines.append(f"    hint: {problem.hint}")
+        lines = [head, *problem_lines(self.problems)]
         if self.hint:
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)

@@ -498,20 +498,36 @@ def describe_connect_error(
 ) -> Problem:
     """Turn whatever paramiko or the socket raised into a message that says what to do."""
     where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
-    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
+
+    def grouped(code: str, reason: str, hint: str, group_hint: str, message: str = "") -> Problem:
+        """A problem that prints as one line with every other host failing for `reason`."""
         return Problem(
-            f"{where} is not an ssh server: {exc.reason}",
+            message or f"{where}: {reason}",
             host=host.name,
-            code="not_ssh",
-            hint=f"check the port: is {target.port} where sshd listens on {host.name}? "
+            hint=hint,
+            code=code,
+            reason=reason,
+            subject=where,
+            group_hint=group_hint,
+        )
+
+    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
+        return grouped(
+            "not_ssh",
+            f"not an ssh server: {exc.reason}",
+            f"check the port: is {target.port} where sshd listens on {host.name}? "
             "(host:port in the hosts file, or Port in your ssh config)",
+            "check the ports: are they where sshd listens on these hosts? "
+            "(host:port in the hosts file, or Port in your ssh config)",
+            message=f"{where} is not an ssh server: {exc.reason}",
         )
     if isinstance(exc, HandshakeFailed):
-        return Problem(
-            f"{where}: {exc.reason}",
-            host=host.name,
-            code="handshake",
-            hint=f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
+        return grouped(
+            "handshake",
+            exc.reason,
+            f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
+            "client (sshd's log says why); --debug shows the ssh exchange",
+            "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
             "client (sshd's log says why); --debug shows the ssh exchange",
         )
     if isinstance(exc, UnknownHostKey):
@@ -555,41 +571,44 @@ def describe_connect_error(
         )
     if isinstance(exc, paramiko.AuthenticationException):
         tried = ", ".join(target.identity_files) or "ssh-agent and ~/.ssh/id_*"
-        return Problem(
-            f"{where}: the server refused our keys as user {target.user} (tried {tried})",
-            host=host.name,
-            code="auth_failed",
-            hint=f"add your public key to ~{target.user}/.ssh/authorized_keys on {host.name} "
+        return grouped(
+            "auth_failed",
+            f"the server refused our keys as user {target.user} (tried {tried})",
+            f"add your public key to ~{target.user}/.ssh/authorized_keys on {host.name} "
             f"(ssh-copy-id -p {target.port} {target.user}@{target.hostname}); dtrain never "
             "asks for a password",
+            f"add your public key to ~{target.user}/.ssh/authorized_keys on each of them "
+            "(ssh-copy-id); dtrain never asks for a password",
         )
     if isinstance(exc, socket.gaierror):
-        return Problem(
-            f"{host.name}: cannot resolve host name {target.hostname}: {exc.strerror}",
-            host=host.name,
-            code="dns",
-            hint="check the name in the hosts file, or give it a HostName in your ssh config",
+        hint = "check the name in the hosts file, or give it a HostName in your ssh config"
+        return grouped(
+            "dns",
+            f"cannot resolve host name: {exc.strerror}",
+            hint,
+            "check the names in the hosts file, or give them a HostName in your ssh config",
+            message=f"{host.name}: cannot resolve host name {target.hostname}: {exc.strerror}",
         )
     if isinstance(exc, (TimeoutError, socket.timeout)):
-        return Problem(
-            f"{where}: connection timed out after {target.connect_timeout_s:g}s",
-            host=host.name,
-            code="timeout",
-            hint=f"check that {host.name} is up and that port {target.port} is open",
+        return grouped(
+            "timeout",
+            f"connection timed out after {target.connect_timeout_s:g}s",
+            f"check that {host.name} is up and that port {target.port} is open",
+            "check that these hosts are up and that their ssh port is open",
         )
     if isinstance(exc, ConnectionRefusedError):
-        return Problem(
-            f"{where}: connection refused",
-            host=host.name,
-            code="refused",
-            hint=f"is sshd running on {host.name} and listening on port {target.port}?",
+        return grouped(
+            "refused",
+            "connection refused",
+            f"is sshd running on {host.name} and listening on port {target.port}?",
+            "is sshd running on these hosts and listening on the port shown?",
         )
-    return Problem(
-        f"{where}: {type(exc).__name__}: {exc}",
-        host=host.name,
-        code="connect",
-        hint=f"--debug shows the ssh exchange; `ssh -p {target.port} {target.user}@"
+    return grouped(
+        "connect",
+        f"{type(exc).__name__}: {exc}",
+        f"--debug shows the ssh exchange; `ssh -p {target.port} {target.user}@"
         f"{target.hostname} true` shows what OpenSSH makes of {host.name}",
+        "--debug shows the ssh exchange; `ssh HOST true` shows what OpenSSH makes of a host",
     )
 
 

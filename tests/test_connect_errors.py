@@ -8,6 +8,7 @@ accepts, so a retry shows as a second connection (no timing in any assertion).
 from __future__ import annotations
 
 import errno
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -184,3 +185,32 @@ def test_doctor_names_the_wrong_port_and_never_says_to_run_doctor(
     assert finding + "no SSH banner within 1 s" in result.stdout
     assert "dtrain doctor" not in result.stdout
     assert "paramiko" not in result.stderr
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port bound on every address but never listening: connecting anywhere is refused,
+    and nothing else can take it while the test runs."""
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        yield held.getsockname()[1]
+
+
+def test_many_refused_hosts_print_one_line_and_keep_one_json_error_each(
+    tmp_path: Path, closed_port: int
+) -> None:
+    names = [f"127.3.0.{i}" for i in range(1, 41)]
+    (tmp_path / "hosts").write_text("".join(f"{name}:{closed_port}\n" for name in names))
+    args = ["launch", "-n", "40", "-H", "hosts", "--ssh-config", "/dev/null", "--", "true"]
+    result = run_dtrain(args, tmp_path, timeout_s=60)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    assert result.stderr.splitlines() == [
+        "dtrain: cannot reach 40 of 40 hosts; nothing was started",
+        f"  40 hosts: connection refused: 127.3.0.1:{closed_port}, 127.3.0.2:{closed_port}, "
+        f"127.3.0.3:{closed_port} and 37 more",
+        "    hint: is sshd running on these hosts and listening on the port shown?",
+    ]
+    document = json.loads(run_dtrain([*args[:1], "--json", *args[1:]], tmp_path).stdout)
+    assert [e["host"] for e in document["errors"]] == names
+    assert {e["code"] for e in document["errors"]} == {"refused"}
+    assert document["errors"][0]["message"] == f"127.3.0.1:{closed_port}: connection refused"

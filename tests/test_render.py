@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dtrain.errors import Problem
+from dtrain.errors import DtrainError, Problem, group_problems
 from dtrain.render import LinePrefixer, envelope, result_text
 from dtrain.results import JobResult, JobState, TaskExit
 
@@ -88,3 +89,73 @@ def test_json_envelope_has_the_documented_shape() -> None:
         "data": {"x": 1},
         "errors": [{"code": "timeout", "host": "h1", "message": "down", "hint": "h"}],
     }
+
+
+def refused(name: str, port: int = 22) -> Problem:
+    return Problem(
+        f"{name}:{port}: connection refused",
+        host=name,
+        hint=f"is sshd running on {name} and listening on port {port}?",
+        code="refused",
+        reason="connection refused",
+        subject=f"{name}:{port}",
+        group_hint="is sshd running on these hosts?",
+    )
+
+
+@pytest.mark.parametrize(
+    ("problems", "lines"),
+    [
+        (
+            [refused("a")],
+            [
+                "  a:22: connection refused",
+                "    hint: is sshd running on a and listening on port 22?",
+            ],
+        ),
+        (
+            [refused("a"), refused("b")],
+            [
+                "  2 hosts: connection refused: a:22 and b:22",
+                "    hint: is sshd running on these hosts?",
+            ],
+        ),
+        (
+            [refused(f"h{i}") for i in range(2000)],
+            [
+                "  2000 hosts: connection refused: h0:22, h1:22, h2:22 and 1997 more",
+                "    hint: is sshd running on these hosts?",
+            ],
+        ),
+        (  # one hint shared by every host is kept as it is
+            [
+                Problem("x: down", host="x", hint="h", reason="down"),
+                Problem("y: down", host="y", hint="h", reason="down"),
+            ],
+            ["  2 hosts: down: x and y", "    hint: h"],
+        ),
+        (  # distinct reasons stay apart, in order; problems without a reason are never merged
+            [refused("a"), Problem("odd", host="b"), refused("c"), Problem("odd", host="d")],
+            [
+                "  2 hosts: connection refused: a:22 and c:22",
+                "    hint: is sshd running on these hosts?",
+                "  b: odd",
+                "  d: odd",
+            ],
+        ),
+    ],
+)
+def test_problems_with_one_reason_print_as_one_line(
+    problems: list[Problem], lines: list[str]
+) -> None:
+    error = DtrainError("cannot reach them", problems=problems)
+    assert str(error).splitlines() == ["dtrain: cannot reach them", *lines]
+    assert error.to_problems() == problems  # JSON keeps one problem per host
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c"]), max_size=30))
+def test_grouping_keeps_every_problem_once(reasons: list[str]) -> None:
+    problems = [Problem(f"h{i}: {r}", host=f"h{i}", reason=r) for i, r in enumerate(reasons)]
+    groups = group_problems(problems)
+    assert sorted((p for g in groups for p in g), key=problems.index) == problems
+    assert len(groups) == len(set(reasons))
