@@ -96,6 +96,57 @@ def split_jump_hop(hop: str) -> tuple[str, str, str]:
     return user, name, port
 
 
+def _jump_hops(jump: str, name: str, options: SshOptions) -> list[tuple[str, str, str]]:
+    """The hops of the ProxyJump `jump` set for host `name`, or an error naming the bad one."""
+    hops = []
+    for hop in jump.split(","):
+        user, hop_name, port_text = split_jump_hop(hop)
+        address = hop.rpartition("@")[2]
+        problem = None
+        if address.startswith("[") and "]" not in address:
+            problem = f'"{hop}" lacks the "]" that closes its address'
+        elif not hop_name:
+            problem = f'"{hop}" names no host'
+        elif port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+            problem = f'"{port_text}" is not a port'
+        if problem is not None:
+            raise UsageError(
+                f'ssh config {_config_name(options)} sets ProxyJump "{jump}" for host '
+                f"{name}: {problem}",
+                hint="write each hop as [user@]host[:port] ([addr]:port for an IPv6 address), "
+                "separated by commas",
+            )
+        hops.append((user, hop_name, port_text))
+    return hops
+
+
+def jump_chain(name: str, config: paramiko.SSHConfig, options: SshOptions) -> list[str]:
+    """The hosts a connection to `name` goes through, nearest first, as connecting follows
+    them: the last hop through the earlier ones, the first hop through its own ProxyJump.
+
+    A name met twice is a loop (OpenSSH would start ssh inside ssh until it runs out of
+    processes): an error naming the whole chain, before any connection.
+    """
+    chain = [name]
+    via, jump = name, config.lookup(name).get("proxyjump")
+    while jump not in (None, "none"):
+        hops = _jump_hops(jump, via, options)
+        for _, hop_name, _ in reversed(hops):
+            if hop_name in chain:
+                path = " -> ".join([*chain, hop_name])
+                raise UsageError(
+                    f"ssh config {_config_name(options)}: ProxyJump loops: {path} "
+                    "(each reached through the next)",
+                    hint=f"give {hop_name} a way in that does not pass through itself: "
+                    f"ProxyJump none in a Host {hop_name} block above the others, or leave it "
+                    f"out of the pattern (Host * !{hop_name})",
+                )
+            chain.append(hop_name)
+        via = hops[0][1]
+        jump = config.lookup(via).get("proxyjump")
+    return chain[1:]
+
+
 def _config_name(options: SshOptions) -> str:
     return " or ".join(_config_paths(options))
 
@@ -122,8 +173,11 @@ def _config_number(
     return value
 
 
-def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) -> SshTarget:
-    """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do."""
+def resolve_target(
+    host: Host, config: paramiko.SSHConfig, options: SshOptions, *, proxy_jump: str | None = None
+) -> SshTarget:
+    """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do; `proxy_jump` wins
+    over the config's (a hop of a `ProxyJump a,b` chain is reached through the hops before it)."""
     found = config.lookup(host.name)
     port = host.port or int(_config_number(host, found, "Port", options, 22))
     user = host.user or found.get("user") or getpass.getuser()
@@ -140,16 +194,9 @@ def resolve_target(host: Host, config: paramiko.SSHConfig, options: SshOptions) 
     timeout = options.connect_timeout_s
     if timeout is None:
         timeout = _config_number(host, found, "ConnectTimeout", options, DEFAULT_CONNECT_TIMEOUT_S)
-    jump = found.get("proxyjump")
-    if jump not in (None, "none"):
-        for hop in jump.split(","):
-            _, _, port_text = split_jump_hop(hop)
-            if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-                raise UsageError(
-                    f'ssh config {_config_name(options)} sets ProxyJump "{jump}" for host '
-                    f'{host.name}: "{port_text}" is not a port',
-                    hint="write each hop as [user@]host[:port], separated by commas",
-                )
+    jump = proxy_jump or found.get("proxyjump")
+    if proxy_jump is None and jump not in (None, "none"):
+        jump_chain(host.name, config, options)
     return SshTarget(
         hostname=found.get("hostname", host.name),
         port=port,
@@ -339,7 +386,7 @@ class SshTransport:
 
     def _open_socket(self, target: SshTarget) -> socket.socket | paramiko.Channel:
         if target.proxy_jump:
-            jump = self._jump_client(target.proxy_jump.split(",")[-1])
+            jump = self._jump_client(target.proxy_jump)
             transport = jump.get_transport()
             assert transport is not None
             return transport.open_channel(
@@ -385,12 +432,17 @@ class SshTransport:
         return client
 
     def _connect_jump(self, spec: str) -> paramiko.SSHClient:
-        user, name, port = split_jump_hop(spec)
+        """The last hop of `spec`, reached through the hops before it (as `ssh -J a,b`)."""
+        *before, last = spec.split(",")
+        user, name, port = split_jump_hop(last)
         jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
+        target = resolve_target(
+            jump_host, self.config, self.options, proxy_jump=",".join(before) or None
+        )
         depth = getattr(self._jump_depth, "value", 0)
         self._jump_depth.value = depth + 1
         try:
-            return self._connect(self.target(jump_host))
+            return self._connect(target)
         finally:
             self._jump_depth.value = depth
 

@@ -14,7 +14,13 @@ import pytest
 
 from dtrain.errors import ExitCode, UsageError
 from dtrain.hosts import Host
-from dtrain.ssh import DEFAULT_CONNECT_TIMEOUT_S, SshTarget, SshTransport, split_jump_hop
+from dtrain.ssh import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    SshTarget,
+    SshTransport,
+    jump_chain,
+    split_jump_hop,
+)
 from dtrain.transport import SshOptions
 from tests.conftest import run_dtrain
 
@@ -160,3 +166,93 @@ def test_hosts_behind_one_proxyjump_share_one_connection_to_it(
     assert [client.name for client in opened] == ["bastion"]
     transport.close()
     assert opened[0].closed
+
+
+@pytest.mark.parametrize(
+    ("config", "path"),
+    [
+        ("Host node1\n  ProxyJump node1\n", "node1 -> node1"),
+        ("Host node1\n  ProxyJump gate\nHost gate\n  ProxyJump node1\n", "node1 -> gate -> node1"),
+        (
+            "Host node1\n  ProxyJump a\nHost a\n  ProxyJump b\nHost b\n  ProxyJump a\n",
+            "node1 -> a -> b -> a",
+        ),
+        ("Host *\n  ProxyJump bastion\n", "node1 -> bastion -> bastion"),
+        ("Host node1\n  ProxyJump a,b,a\n", "node1 -> a -> b -> a"),
+    ],
+)
+def test_a_proxyjump_loop_is_an_error_naming_the_chain(
+    tmp_path: Path, config: str, path: str
+) -> None:
+    transport = transport_for(tmp_path, config)
+    with pytest.raises(UsageError) as caught:
+        transport.target(Host(name="node1"))
+    assert f"ProxyJump loops: {path} (each reached through the next)" in str(caught.value)
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(
+    ("config", "chain"),
+    [
+        ("Host node1\n  ProxyJump gate\n", ["gate"]),
+        ("Host node1\n  ProxyJump a,b\nHost a\n  ProxyJump c\n", ["b", "a", "c"]),
+        ("Host node1\n  ProxyJump a,b\nHost b\n  ProxyJump node1\n", ["b", "a"]),  # b's own unused
+        ("Host * !bastion\n  ProxyJump bastion\n", ["bastion"]),
+        ("Host node1\n  ProxyJump none\n", []),
+    ],
+)
+def test_the_jump_chain_follows_openssh(tmp_path: Path, config: str, chain: list[str]) -> None:
+    transport = transport_for(tmp_path, config)
+    assert jump_chain("node1", transport.config, transport.options) == chain
+
+
+@pytest.mark.parametrize(
+    ("jump", "problem"),
+    [
+        ("[::1", '"[::1" lacks the "]" that closes its address'),
+        ("me@[fd00::1:2200", '"me@[fd00::1:2200" lacks the "]" that closes its address'),
+        ("gate,,b", '"" names no host'),
+        ("[::1]:x", '"x" is not a port'),
+    ],
+)
+def test_a_malformed_proxyjump_hop_says_what_is_wrong(
+    tmp_path: Path, jump: str, problem: str
+) -> None:
+    transport = transport_for(tmp_path, f"Host node1\n  ProxyJump {jump}\n")
+    with pytest.raises(UsageError) as caught:
+        transport.target(Host(name="node1"))
+    assert f'sets ProxyJump "{jump}" for host node1: {problem}' in str(caught.value)
+
+
+def test_a_proxyjump_loop_stops_launch_before_connecting(tmp_path: Path) -> None:
+    (tmp_path / "hosts").write_text("127.0.0.2\n")
+    (tmp_path / "cfg").write_text(
+        "Host 127.0.0.2\n  ProxyJump gate\nHost gate\n  ProxyJump 127.0.0.2\n"
+    )
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "cfg", "--", "true"]
+    result = run_dtrain(args, tmp_path, timeout_s=30)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "dtrain: ssh config cfg: ProxyJump loops: 127.0.0.2 -> gate -> 127.0.0.2 "
+        "(each reached through the next)"
+    )
+    assert "Recursion" not in result.stderr and result.stdout == ""
+
+
+def test_each_hop_of_a_proxyjump_chain_is_reached_through_the_hops_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ProxyJump a,b` goes through a to b, whatever b's own ProxyJump says (as `ssh -J a,b`)."""
+    transport = transport_for(tmp_path, "Host node1\n  ProxyJump a,b\nHost b\n  ProxyJump node1\n")
+    connected: list[tuple[str, str | None]] = []
+
+    def fake_connect(target: SshTarget) -> FakeClient:
+        connected.append((target.hostname, target.proxy_jump))
+        if target.proxy_jump:
+            transport._jump_client(target.proxy_jump)
+        return FakeClient(target.hostname)
+
+    monkeypatch.setattr(transport, "_connect", fake_connect)
+    assert transport.try_connect_all([Host(name="node1")]) == {}
+    assert connected == [("node1", "a,b"), ("b", "a"), ("a", None)]
+    transport.close()
