@@ -57,6 +57,7 @@ class CheckResult:
     status: Status
     detail: str
     hint: str | None = None
+    problem: Problem | None = None  # the failure behind it, so hosts sharing it print together
 
     def to_dict(self) -> dict[str, str | None]:
         return {
@@ -247,7 +248,7 @@ def judge_ssh(survey: Survey) -> Verdicts:
             verdicts[host.name] = CheckResult("ssh", host.name, Status.SKIP, "this machine")
         elif host.problem is not None:
             verdicts[host.name] = CheckResult(
-                "ssh", host.name, Status.FAIL, host.problem.message, host.problem.hint
+                "ssh", host.name, Status.FAIL, host.problem.message, host.problem.hint, host.problem
             )
         elif host.connect_s is not None and host.connect_s > SLOW_CONNECT_S:
             verdicts[host.name] = CheckResult(

@@ -67,6 +67,17 @@ def named_list(names: Sequence[str], limit: int = MAX_NAMED) -> str:
     return f"{', '.join(names[:limit])} and {len(names) - limit} more"
 
 
+def group_line(group: Sequence[Problem]) -> str:
+    """`2000 hosts: connection refused: a, b, c and 1997 more`."""
+    names = named_list([p.subject or p.host or "?" for p in group])
+    return f"{len(group)} hosts: {group[0].reason}: {names}"
+
+
+def group_hint(group: Sequence[Problem]) -> str | None:
+    """The hint every problem of the group shares, else the group's own."""
+    return group[0].hint if len({p.hint for p in group}) == 1 else group[0].group_hint
+
+
 def problem_lines(problems: Sequence[Problem]) -> list[str]:
     """Indented text for per-host problems: one line (and hint) per distinct reason."""
     lines = []
@@ -78,10 +89,8 @@ def problem_lines(problems: Sequence[Problem]) -> list[str]:
             lines.append(f"  {where}{first.message}")
             hint = first.hint
         else:
-            names = named_list([p.subject or p.host or "?" for p in group])
-            lines.append(f"  {len(group)} hosts: {first.reason}: {names}")
-            hints = {p.hint for p in group}
-            hint = first.hint if len(hints) == 1 else first.group_hint
+            lines.append(f"  {group_line(group)}")
+            hint = group_hint(group)
         if hint:
             lines.append(f"    hint: {hint}")
     return lines

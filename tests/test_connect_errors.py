@@ -214,3 +214,22 @@ def test_many_refused_hosts_print_one_line_and_keep_one_json_error_each(
     assert [e["host"] for e in document["errors"]] == names
     assert {e["code"] for e in document["errors"]} == {"refused"}
     assert document["errors"][0]["message"] == f"127.3.0.1:{closed_port}: connection refused"
+
+
+def test_doctor_prints_one_finding_for_hosts_refused_alike(
+    tmp_path: Path, closed_port: int
+) -> None:
+    names = [f"127.3.0.{i}" for i in range(1, 41)]
+    (tmp_path / "hosts").write_text("".join(f"{name}:{closed_port}\n" for name in names))
+    args = ["doctor", "-H", "hosts", "--ssh-config", "/dev/null"]
+    result = run_dtrain(args, tmp_path, timeout_s=60)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    findings = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert findings == [
+        f"FAIL ssh: 40 hosts: connection refused: 127.3.0.1:{closed_port}, "
+        f"127.3.0.2:{closed_port}, 127.3.0.3:{closed_port} and 37 more"
+    ]
+    document = json.loads(run_dtrain([*args, "--json"], tmp_path, timeout_s=60).stdout)
+    failed = [r["host"] for r in document["data"]["results"] if r["status"] == "fail"]
+    assert failed == names
+    assert len(document["errors"]) == 40
