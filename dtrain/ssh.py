@@ -120,19 +120,25 @@ def _jump_hops(jump: str, name: str, options: SshOptions) -> list[tuple[str, str
     return hops
 
 
-def jump_chain(name: str, config: paramiko.SSHConfig, options: SshOptions) -> list[str]:
+def jump_chain(
+    name: str, config: paramiko.SSHConfig, options: SshOptions, port: int | None = None
+) -> list[str]:
     """The hosts a connection to `name` goes through, nearest first, as connecting follows
     them: the last hop through the earlier ones, the first hop through its own ProxyJump.
 
-    A name met twice is a loop (OpenSSH would start ssh inside ssh until it runs out of
-    processes): an error naming the whole chain, before any connection.
+    A host and port met twice is a loop (OpenSSH would start ssh inside ssh until it runs out
+    of processes): an error naming the whole chain, before any connection.
     """
-    chain = [name]
+
+    def endpoint(hop_name: str, port_text: str | int | None) -> tuple[str, str]:
+        return hop_name, str(port_text or config.lookup(hop_name).get("port", "22"))
+
+    chain, seen = [name], [endpoint(name, port)]
     via, jump = name, config.lookup(name).get("proxyjump")
     while jump not in (None, "none"):
         hops = _jump_hops(jump, via, options)
-        for _, hop_name, _ in reversed(hops):
-            if hop_name in chain:
+        for _, hop_name, port_text in reversed(hops):
+            if endpoint(hop_name, port_text) in seen:
                 path = " -> ".join([*chain, hop_name])
                 raise UsageError(
                     f"ssh config {_config_name(options)}: ProxyJump loops: {path} "
@@ -142,6 +148,7 @@ def jump_chain(name: str, config: paramiko.SSHConfig, options: SshOptions) -> li
                     f"out of the pattern (Host * !{hop_name})",
                 )
             chain.append(hop_name)
+            seen.append(endpoint(hop_name, port_text))
         via = hops[0][1]
         jump = config.lookup(via).get("proxyjump")
     return chain[1:]
@@ -196,7 +203,7 @@ def resolve_target(
         timeout = _config_number(host, found, "ConnectTimeout", options, DEFAULT_CONNECT_TIMEOUT_S)
     jump = proxy_jump or found.get("proxyjump")
     if proxy_jump is None and jump not in (None, "none"):
-        jump_chain(host.name, config, options)
+        jump_chain(host.name, config, options, port)
     return SshTarget(
         hostname=found.get("hostname", host.name),
         port=port,

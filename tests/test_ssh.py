@@ -199,6 +199,7 @@ def test_a_proxyjump_loop_is_an_error_naming_the_chain(
         ("Host node1\n  ProxyJump a,b\nHost b\n  ProxyJump node1\n", ["b", "a"]),  # b's own unused
         ("Host * !bastion\n  ProxyJump bastion\n", ["bastion"]),
         ("Host node1\n  ProxyJump none\n", []),
+        ("Host node1\n  ProxyJump gate,node1:2222\n", ["node1", "gate"]),  # another sshd
     ],
 )
 def test_the_jump_chain_follows_openssh(tmp_path: Path, config: str, chain: list[str]) -> None:
