@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from dtrain.errors import HostsFileError
 
 FORMAT_HINT = "write one host per line as [user@]host[:port] [slots=N]; see hosts.example"
+DUPLICATE_HINT = "list each host once; use slots=N to run several tasks on it"
 MAX_SLOTS = 4096
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
@@ -52,15 +53,29 @@ class Host:
     slots: int | None = None
     origin: Origin | None = field(default=None, compare=False)
     is_local: bool = False
+    show_port: bool = field(default=False, compare=False)
 
     @property
     def slot_count(self) -> int:
         return self.slots if self.slots is not None else 1
 
     @property
+    def key(self) -> str:
+        """The host's identity, which every map of hosts is keyed by: its name (any case) and
+        its port, so two sshds on one machine (`node1:2201`, `node1:2202`) are two hosts."""
+        name = self.name.lower()
+        if self.port is None:
+            return name
+        return f"[{name}]:{self.port}" if ":" in name else f"{name}:{self.port}"
+
+    @property
     def display(self) -> str:
-        """How the host appears in task labels: `worker.1@node2`."""
-        return self.name
+        """How the host appears to people (`worker.1@node2`): its name, with the port only
+        where another host of the job has the same name (`worker.1@node1:2202`)."""
+        if not self.show_port or self.port is None:
+            return self.name
+        name = f"[{self.name}]" if ":" in self.name else self.name
+        return f"{name}:{self.port}"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -75,9 +90,12 @@ class Host:
 def is_loopback(address: str) -> bool:
     """Whether `address` is a loopback IP (127.0.0.0/8, ::1); False for names."""
     try:
-        return ipaddress.ip_address(address).is_loopback
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1
+    return ip.is_loopback
 
 
 def local_host(name: str) -> Host:
@@ -100,7 +118,7 @@ def parse_hosts(text: str, path: str) -> tuple[Host, ...]:
             raise HostsFileError(
                 f'duplicate host "{_spec_text(host)}" (first listed on line {first_seen[key]})',
                 location=str(origin),
-                hint="list each host once; use slots=N to run several tasks on it",
+                hint=DUPLICATE_HINT,
             )
         first_seen[key] = number
         hosts.append(host)
@@ -110,19 +128,54 @@ def parse_hosts(text: str, path: str) -> tuple[Host, ...]:
             location=path,
             hint=FORMAT_HINT,
         )
-    return tuple(hosts)
+    return with_ports_shown(hosts)
+
+
+def with_ports_shown(hosts: Iterable[Host]) -> tuple[Host, ...]:
+    """The hosts, each showing its port where another host has the same name."""
+    hosts = tuple(hosts)
+    counts: dict[str, int] = {}
+    for host in hosts:
+        counts[host.name.lower()] = counts.get(host.name.lower(), 0) + 1
+    return tuple(replace(h, show_port=counts[h.name.lower()] > 1) for h in hosts)
+
+
+def check_same_targets(hosts: Sequence[Host], targets: Sequence[tuple[str, int, str]]) -> None:
+    """Two lines that ssh resolves to one (hostname, port, user) are one host listed twice:
+    `node1` and `node1:22`, or an alias and its address. Raised before any connection."""
+    first: dict[tuple[str, int, str], Host] = {}
+    for host, (hostname, port, user) in zip(hosts, targets, strict=True):
+        target = (hostname.lower(), port, user)
+        seen = first.setdefault(target, host)
+        if seen is host:
+            continue
+        where = f" on line {seen.origin.line}" if seen.origin is not None else ""
+        shown = f"[{hostname}]" if ":" in hostname else hostname
+        raise HostsFileError(
+            f'duplicate host: "{_spec_text(host)}" and "{_spec_text(seen)}"{where} both reach '
+            f"{user}@{shown}:{port}",
+            location=str(host.origin) if host.origin is not None else None,
+            hint=DUPLICATE_HINT,
+        )
 
 
 def parse_host_line(content: str, origin: Origin) -> Host:
     """One non-blank, comment-free line: `[user@]host[:port] [slots=N]`."""
     spec, *options = content.split()
+    for char, what, fix in _INVISIBLE:
+        if char in content:
+            raise HostsFileError(
+                f"{_shown(spec)} is not a valid host name or address: the hosts file has a {what}",
+                location=str(origin),
+                hint=fix,
+            )
     user, name, port = _parse_spec(spec, origin)
     slots: int | None = None
     for option in options:
         key, sep, value = option.partition("=")
         if key != "slots" or not sep:
             raise HostsFileError(
-                f'unknown option "{option}" (the only option is slots=N)',
+                f"unknown option {_shown(option)} (the only option is slots=N)",
                 location=str(origin),
                 hint=FORMAT_HINT,
             )
@@ -140,7 +193,7 @@ def _parse_spec(spec: str, origin: Origin) -> tuple[str | None, str, int | None]
         user, _, spec = spec.rpartition("@")
         if not _USER_RE.match(user):
             raise HostsFileError(
-                f'"{user}" is not a valid user name',
+                f"{_shown(user)} is not a valid user name",
                 location=str(origin),
                 hint=FORMAT_HINT,
             )
@@ -163,16 +216,31 @@ def _parse_spec(spec: str, origin: Origin) -> tuple[str | None, str, int | None]
         return user, address, port
     if spec.count(":") >= 2:
         _check_ipv6(spec, origin)
+        address, _, last = spec.rpartition(":")
+        if last.isascii() and last.isdigit() and _is_ipv6(address):
+            raise HostsFileError(
+                f'"{spec}" is ambiguous: the address {spec}, or {address} port {last}?',
+                location=str(origin),
+                hint=f"write [{address}]:{last} for a port, or [{spec}] for the address",
+            )
         return user, spec, None
     name, sep, port_text = spec.partition(":")
     if not name or not _NAME_RE.match(name):
         raise HostsFileError(
-            f'"{name}" is not a valid host name or address',
+            f"{_shown(name)} is not a valid host name or address",
             location=str(origin),
             hint="use letters, digits, '.', '-' and '_' (an address or an ssh config alias)",
         )
     port = _parse_int(port_text, "port", 1, 65535, origin) if sep else None
     return user, name, port
+
+
+def _is_ipv6(address: str) -> bool:
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_ipv6(address: str, origin: Origin) -> None:
@@ -189,15 +257,29 @@ def _check_ipv6(address: str, origin: Origin) -> None:
 def _parse_int(text: str, what: str, low: int, high: int, origin: Origin) -> int:
     if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
         raise HostsFileError(
-            f'"{text}" is not a valid {what} (expected {low}-{high})',
+            f"{_shown(text)} is not a valid {what} (expected {low}-{high})",
             location=str(origin),
             hint=FORMAT_HINT,
         )
     return int(text)
 
 
+_INVISIBLE = (
+    ("\ufeff", "byte-order mark", "save the hosts file as UTF-8 without a byte-order mark"),
+    ("\x00", "NUL byte", "the hosts file must be plain text: remove the NUL bytes"),
+)
+
+
+def _shown(text: str) -> str:
+    """`text` in quotes, with what a terminal would not show escaped: "\ufefflocalhost"."""
+    escaped = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+    return f'"{escaped}"'
+
+
 def _spec_text(host: Host) -> str:
-    name = f"[{host.name}]" if ":" in host.name and host.port is not None else host.name
+    name = f"[{host.name}]" if ":" in host.name else host.name
     text = f"{host.user}@{name}" if host.user else name
     return f"{text}:{host.port}" if host.port is not None else text
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dtrain.errors import ExitCode, HostsFileError
-from dtrain.hosts import Host, format_hosts, parse_hosts
+from dtrain.hosts import Host, check_same_targets, format_hosts, is_loopback, parse_hosts
 
 
 def parse(text: str) -> tuple[Host, ...]:
@@ -66,6 +66,22 @@ def test_comments_and_blank_lines_are_skipped_and_lines_keep_their_numbers() -> 
         ("[fd00::7]x", 'hosts:1: unexpected "x" after "]"'),
         ("node1\n\nnode1\n", 'hosts:3: duplicate host "node1" (first listed on line 1)'),
         ("NODE1\nnode1\n", 'hosts:2: duplicate host "node1" (first listed on line 1)'),
+        ("::1:22", 'hosts:1: "::1:22" is ambiguous: the address ::1:22, or ::1 port 22?'),
+        (
+            "fd00::7:2200",
+            'hosts:1: "fd00::7:2200" is ambiguous: the address fd00::7:2200, or fd00::7 port 2200?',
+        ),
+        (
+            "\ufefflocalhost\n",
+            'hosts:1: "\\ufefflocalhost" is not a valid host name or address: '
+            "the hosts file has a byte-order mark",
+        ),
+        (
+            "node1\nnode\x002\n",
+            'hosts:2: "node\\x002" is not a valid host name or address: the hosts file has a '
+            "NUL byte",
+        ),
+        ("node\x07", 'hosts:1: "node\\x07" is not a valid host name or address'),
         ("# only comments\n\n", "hosts: no hosts in this file (only blank lines or comments)"),
     ],
 )
@@ -80,6 +96,76 @@ def test_bad_lines_name_file_and_line(text: str, message: str) -> None:
 
 def test_same_host_on_two_ports_is_two_hosts() -> None:
     assert len(parse("node1:22\nnode1:2222\n")) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "keys", "displays"),
+    [
+        ("a\nb:2222\n", ["a", "b:2222"], ["a", "b"]),
+        (
+            "127.0.0.1:2201\n127.0.0.1:2202\n",
+            ["127.0.0.1:2201", "127.0.0.1:2202"],
+            ["127.0.0.1:2201", "127.0.0.1:2202"],
+        ),
+        ("Node1\nnode1:2222\n", ["node1", "node1:2222"], ["Node1", "node1:2222"]),
+        (
+            "[fd00::7]:22\n[fd00::7]:23\n",
+            ["[fd00::7]:22", "[fd00::7]:23"],
+            ["[fd00::7]:22", "[fd00::7]:23"],
+        ),
+    ],
+)
+def test_a_host_is_known_by_name_and_port_and_shows_its_port_only_where_names_collide(
+    text: str, keys: list[str], displays: list[str]
+) -> None:
+    hosts = parse(text)
+    assert [h.key for h in hosts] == keys
+    assert [h.display for h in hosts] == displays
+
+
+@pytest.mark.parametrize(
+    ("text", "targets", "message"),
+    [
+        (
+            "node1\nnode1:22\n",
+            [("10.0.0.1", 22, "root"), ("10.0.0.1", 22, "root")],
+            'hosts:2: duplicate host: "node1:22" and "node1" on line 1 both reach root@10.0.0.1:22',
+        ),
+        (
+            "gpu-a\n# alias\n10.0.0.7\n",
+            [("10.0.0.7", 22, "me"), ("10.0.0.7", 22, "me")],
+            'hosts:3: duplicate host: "10.0.0.7" and "gpu-a" on line 1 both reach me@10.0.0.7:22',
+        ),
+    ],
+)
+def test_lines_that_ssh_resolves_to_one_target_are_one_duplicate(
+    text: str, targets: list[tuple[str, int, str]], message: str
+) -> None:
+    with pytest.raises(HostsFileError) as caught:
+        check_same_targets(parse(text), targets)
+    assert str(caught.value).splitlines()[0] == message
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+def test_same_machine_on_other_ports_or_as_other_users_is_not_a_duplicate() -> None:
+    hosts = parse("node1\nnode1:2222\nbob@h2\n")
+    check_same_targets(hosts, [("n", 22, "me"), ("n", 2222, "me"), ("n", 22, "bob")])
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.1", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("::ffff:10.0.0.1", False),
+        ("10.0.0.1", False),
+        ("localhost", False),
+    ],
+)
+def test_loopback_addresses_include_ipv4_mapped_ones(address: str, loopback: bool) -> None:
+    assert is_loopback(address) is loopback
 
 
 names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
