@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import shlex
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -128,21 +129,48 @@ def reports_errors_as_json(command: str) -> Callable[[F], F]:
     return decorate
 
 
+MAX_HOSTS_FILE_BYTES = 16 * 1024 * 1024  # far beyond any real cluster's hosts file
+
+
 def read_hosts(path: Path | None) -> tuple[Host, ...]:
+    """The hosts file's hosts; a FIFO, a device or a huge file is refused, never read forever."""
     if path is None:
         return ()
     try:
-        text = path.read_text(encoding="utf-8")
+        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UsageError(
             f"hosts file {path} does not exist",
             hint="pass -H FILE with one host per line (see hosts.example), "
             "or leave -H out to run everything on this machine",
         ) from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"hosts file {path} is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(
+                f"hosts file {path} is not a regular file",
+                hint="pass -H FILE with a plain text file, one host per line",
+            )
+        try:  # a sparse file can claim any size: look before reading, and read no more
+            data = (
+                b""
+                if info.st_size > MAX_HOSTS_FILE_BYTES
+                else stream.read(MAX_HOSTS_FILE_BYTES + 1)
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
+    if info.st_size > MAX_HOSTS_FILE_BYTES or len(data) > MAX_HOSTS_FILE_BYTES:
+        raise UsageError(
+            f"hosts file {path} is larger than {MAX_HOSTS_FILE_BYTES // (1024 * 1024)} MiB",
+            hint="is -H the right file? a hosts file has one short line per machine",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"hosts file {path} is not UTF-8 text ({exc.reason})") from None
     return parse_hosts(text, str(path))
 
 

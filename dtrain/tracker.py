@@ -443,9 +443,11 @@ def _interface_of(request: JobRequest, facts: Facts, host: Host) -> str | None:
 
 
 def _check_no_loopback(request: JobRequest, tasks: Sequence[PlacedTask]) -> None:
-    if request.is_local_only:
+    addresses = {t.address for t in tasks} | ({request.host_ip} if request.host_ip else set())
+    # Hosts that all are this machine (localhost, 127.0.0.1, ::ffff:127.0.0.1): a local job.
+    if request.is_local_only or all(is_loopback(a) for a in addresses):
         return
-    for address in {t.address for t in tasks} | ({request.host_ip} if request.host_ip else set()):
+    for address in addresses:
         # A name a dry run could not resolve here is not loopback: launch uses the real IP.
         if is_loopback(address):
             raise UsageError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -91,3 +92,56 @@ def test_the_training_scripts_own_flags_are_not_eaten(tmp_path: Path) -> None:
     plan = json.loads(result.stdout)["data"]["plan"]
     assert plan["tasks"][-1]["argv"] == ["python", "t.py", "--num-workers", "9", "-s"]
     assert len(plan["tasks"]) == 3
+
+
+def test_a_hosts_file_that_is_not_a_regular_file_is_refused_not_read_forever(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "hosts.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        result = run_dtrain(
+            ["launch", "--dry-run", "-n", "1", "-H", str(path), "--", "true"], tmp_path
+        )
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [
+            f"dtrain: hosts file {path} is not a regular file",
+            "  hint: pass -H FILE with a plain text file, one host per line",
+        ]
+
+
+def test_a_hosts_file_larger_than_any_real_one_is_refused(tmp_path: Path) -> None:
+    huge = tmp_path / "hosts"
+    with huge.open("wb") as out:
+        out.truncate(4 * 1024**3)  # sparse: 4 GiB of NULs that take no disk
+    result = run_dtrain(["ps", "-H", str(huge)], tmp_path)
+    assert result.returncode == 2
+    assert f"dtrain: hosts file {huge} is larger than 16 MiB" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_byte_order_mark_is_shown_escaped_and_named(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(b"\xef\xbb\xbflocalhost\n")
+    result = run_dtrain(
+        ["launch", "--dry-run", "-n", "1", "-H", str(hosts), "--", "true"], tmp_path
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f'{hosts}:1: "\\ufefflocalhost" is not a valid host name or address: '
+        "the hosts file has a byte-order mark"
+    )
+
+
+@pytest.mark.parametrize("name", ["localhost", "127.0.0.1", "[::ffff:127.0.0.1]"])
+def test_a_dry_run_on_a_hosts_file_of_only_this_machine_plans_a_job_here(
+    tmp_path: Path, name: str
+) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"{name}\n")
+    result = run_dtrain(
+        ["launch", "--dry-run", "--json", "-n", "2", "-H", str(hosts), "--", "true"], tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)["data"]["plan"]
+    assert all(t["address"] in ("127.0.0.1", "::ffff:127.0.0.1") for t in plan["tasks"])
