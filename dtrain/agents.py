@@ -193,14 +193,14 @@ class AgentSession:
         except queue.Empty:
             raise RemoteError(
                 f"no answer to {op} within {timeout_s:.0f}s",
-                host=self.host.name,
-                hint=f"check the load and network of {self.host.name}; "
+                host=self.host.display,
+                hint=f"check the load and network of {self.host.display}; "
                 f"`dtrain doctor` checks every host",
             ) from None
         if reply is None:
             raise self.broken(f"dtrain's agent exited during {op}")
         if "error" in reply:
-            raise RemoteError(reply["error"], hint=reply.get("hint"), host=self.host.name)
+            raise RemoteError(reply["error"], hint=reply.get("hint"), host=self.host.display)
         return reply
 
     def broken(self, what: str) -> RemoteError:
@@ -212,7 +212,7 @@ class AgentSession:
                 f"dtrain's agent needs a python3 (>= 3.6, standard library only) on "
                 f"{self.host.name}: install one, or name it with --remote-python PATH"
             )
-        return RemoteError(f"{what}{detail}", hint=hint, host=self.host.name)
+        return RemoteError(f"{what}{detail}", hint=hint, host=self.host.display)
 
     def ping(self) -> None:
         self.send(proto.encode(proto.PING))
@@ -281,7 +281,7 @@ def request_all(
     fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
     **fields: Any,
 ) -> dict[str, dict[str, Any] | RemoteError]:
-    """A request to every session at once; each host's reply or error, by host name.
+    """A request to every session at once; each host's reply or error, by `Host.key`.
 
     `fields_for` adds per-host fields to the common ones.
     """
@@ -295,7 +295,7 @@ def request_all(
         except RemoteError as exc:
             outcome = exc
         with lock:
-            results[session.host.name] = outcome
+            results[session.host.key] = outcome
 
     in_parallel(sessions, ask)
     return results

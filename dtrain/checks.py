@@ -67,7 +67,7 @@ def ask_all(
     timeout_s: float,
     fields_for: Callable[[AgentSession], dict[str, Any] | None] = lambda s: {},
 ) -> dict[str, tuple[Reply, float, float]]:
-    """One request to each session at once: (reply or error, sent at, answered at) by host.
+    """One request to each session at once: (reply or error, sent at, answered at) by `Host.key`.
 
     A session whose `fields_for` is None is not asked.
     """
@@ -81,7 +81,7 @@ def ask_all(
         except RemoteError as exc:
             reply = exc
         with lock:
-            results[session.host.name] = (reply, sent, time.time())
+            results[session.host.key] = (reply, sent, time.time())
 
     started = time.monotonic()
     asked = [(s, f) for s in sessions.values() if (f := fields_for(s)) is not None]
@@ -134,32 +134,36 @@ def gather(
     problems: Mapping[str, Problem],
     connect_s: Mapping[str, float],
 ) -> Survey:
-    """Ask the open agents everything doctor judges; a host that stops answering is named."""
+    """Ask the open agents everything doctor judges; a host that stops answering is named.
+
+    Maps here are by `Host.key`; what is judged and shown names hosts by `Host.display`.
+    """
     everyone = (here, *request.hosts)
+    shown = {h.key: h.display for h in everyone}
     hellos = ask_all(sessions, "hello", STEP_TIMEOUT_S)
     failed = dict(problems)
     for name, (reply, _, _) in hellos.items():
         if isinstance(reply, RemoteError):
             failed[name] = Problem(
                 f"connected, but dtrain's agent did not answer: {reply.what}",
-                host=name,
+                host=shown[name],
                 hint=reply.hint or "rerun with --debug to see what the login shell printed",
             )
             sessions.pop(name, None)
     hello = {name: r for name, (r, _, _) in hellos.items() if isinstance(r, dict)}
     remote_addresses = [
-        str(hello[h.name].get("ssh_server_address") or h.name)
+        str(hello[h.key].get("ssh_server_address") or h.name)
         for h in request.hosts
-        if h.name in hello
+        if h.key in hello
     ]
     here_address = request.host_ip or _local_address(remote_addresses)
     advertised = {
-        h.name: advertised_address(h, hello[h.name], request.interface, here_address)
+        h.key: advertised_address(h, hello[h.key], request.interface, here_address)
         for h in everyone
-        if h.name in hello
+        if h.key in hello
     }
     port = request.port or local_free_ports(1)[0]
-    scheduler = Scheduler(here.name, request.host_ip or advertised.get(here.name, ""), port)
+    scheduler = Scheduler(here.key, request.host_ip or advertised.get(here.key, ""), port)
     scheduler, connects, listen_errors = probe_network(
         sessions, advertised, scheduler, request.wait_s
     )
@@ -167,8 +171,8 @@ def gather(
     probes = ask_all(
         sessions, "probe", PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
     )
-    if request.port is not None and here.name in probes:
-        reply, _, answered = probes[here.name]
+    if request.port is not None and here.key in probes:
+        reply, _, answered = probes[here.key]
         if isinstance(reply, dict):
             scheduler = replace(
                 scheduler, holders=tuple(reply.get("port_holders") or ()), now=answered
@@ -178,31 +182,29 @@ def gather(
         sessions,
         "probe",
         STEP_TIMEOUT_S,
-        lambda s: (
-            {"environment": False, "firewall_tools": True} if s.host.name in blocked else None
-        ),
+        lambda s: {"environment": False, "firewall_tools": True} if s.host.key in blocked else None,
     )
     observed = []
     for host in everyone:
-        reply, sent, answered = probes.get(host.name, (RemoteError("no answer"), 0.0, 0.0))
+        reply, sent, answered = probes.get(host.key, (RemoteError("no answer"), 0.0, 0.0))
         probe = reply if isinstance(reply, dict) else {}
         skew = None
         if probe.get("time") is not None:
             skew = float(probe["time"]) - (sent + answered) / 2
-        tool_reply = tools.get(host.name, ({}, 0.0, 0.0))[0]
+        tool_reply = tools.get(host.key, ({}, 0.0, 0.0))[0]
         observed.append(
             Observed(
-                name=host.name,
+                name=host.display,
                 is_local=host.is_local,
-                problem=failed.get(host.name),
-                connect_s=connect_s.get(host.name),
-                advertised=advertised.get(host.name),
-                interfaces=(hello.get(host.name) or {}).get("interfaces") or {},
-                listen_error=listen_errors.get(host.name),
+                problem=failed.get(host.key),
+                connect_s=connect_s.get(host.key),
+                advertised=advertised.get(host.key),
+                interfaces=(hello.get(host.key) or {}).get("interfaces") or {},
+                listen_error=listen_errors.get(host.key),
                 probe=probe,
                 probe_error=_error_text(reply),
                 clock_skew_s=skew,
-                scan=scans.get(host.name),
+                scan=scans.get(host.key),
                 firewall_tools=tuple(
                     tool_reply.get("firewall_tools") or () if isinstance(tool_reply, dict) else ()
                 ),
@@ -210,8 +212,10 @@ def gather(
         )
     return Survey(
         hosts=tuple(observed),
-        connects=tuple(connects),
-        scheduler=replace(scheduler, is_port_given=request.port is not None),
+        connects=_as_shown(connects, shown),
+        scheduler=replace(
+            scheduler, host=shown[scheduler.host], is_port_given=request.port is not None
+        ),
         command=request.command,
         workdir=request.workdir,
         sync_dst=request.sync_dst,
@@ -230,9 +234,14 @@ def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> d
         "workdir": workdir,
         "script": parity.script_of(request.command),
     }
-    if host.name == scheduler.host and request.port is not None:
+    if host.key == scheduler.host and request.port is not None:
         fields["port"] = request.port
     return fields
+
+
+def _as_shown(connects: Sequence[Connect], shown: Mapping[str, str]) -> tuple[Connect, ...]:
+    """Probes between hosts by key, renamed to how people see the hosts."""
+    return tuple(replace(c, src=shown[c.src], dst=shown[c.dst]) for c in connects)
 
 
 def scan(sessions: Mapping[str, AgentSession]) -> dict[str, HostScan]:
@@ -268,7 +277,7 @@ def probe_network(
     hosts whose advertised address could not be bound."""
 
     def listen_fields(session: AgentSession) -> dict[str, Any] | None:
-        name = session.host.name
+        name = session.host.key
         if name == scheduler.host:
             return {"address": scheduler.address, "port": scheduler.port}
         if name in advertised:
@@ -294,7 +303,7 @@ def probe_network(
         mine = [
             {"to": name, "address": address, "port": port}
             for name, (address, port) in endpoints.items()
-            if name != session.host.name
+            if name != session.host.key
         ]
         return {"targets": mine, "wait_s": wait_s} if mine else None
 
@@ -306,8 +315,8 @@ def probe_network(
             "unlisten",
             STEP_TIMEOUT_S,
             lambda s: (
-                {"ports": [endpoints[s.host.name][1]]}
-                if s.host.name in endpoints and s.host.name in listened
+                {"ports": [endpoints[s.host.key][1]]}
+                if s.host.key in endpoints and s.host.key in listened
                 else None
             ),
         )
@@ -352,13 +361,14 @@ def preflight(
         )
     scans = scan(sessions)
     observed = tuple(
-        Observed(name=name, is_local=session.host.is_local, scan=scans.get(name))
-        for name, session in sessions.items()
+        Observed(name=session.host.display, is_local=session.host.is_local, scan=scans.get(key))
+        for key, session in sessions.items()
     )
+    shown = {key: session.host.display for key, session in sessions.items()}
     survey = Survey(
         hosts=observed,
-        connects=tuple(connects),
-        scheduler=scheduler,
+        connects=_as_shown(connects, shown),
+        scheduler=replace(scheduler, host=shown[scheduler.host]) if scheduler else None,
         kill_command=kill_command,
         wait_s=wait_s,
     )

@@ -66,7 +66,7 @@ def scan(
     include_dmlc: bool = True,
     remote_python: str = "auto",
 ) -> dict[str, HostScan]:
-    """The job processes on each host (no hosts: this machine), by host name, in host order.
+    """The job processes on each host (no hosts: this machine), by `Host.key`, in host order.
 
     With `job`, only that dtrain job's processes; `include_dmlc=False` leaves out DMLC_ROLE
     processes that dtrain did not start.
@@ -84,7 +84,11 @@ def scan_sessions(
     replies = request_all(
         sessions.values(), "scan", SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc
     )
-    return {name: _host_scan(sessions[name], reply) for name, reply in replies.items()}
+    return {
+        key: _host_scan(session, replies[session.host.key])
+        for key, session in sessions.items()
+        if session.host.key in replies
+    }
 
 
 def kill(
@@ -100,7 +104,7 @@ def kill(
     """Stop the job processes on every host in parallel (no hosts: this machine).
 
     SIGTERM to each process group, SIGKILL to what is left after `grace_s`, then verify; with
-    `dry_run`, only list. By host name, in host order; unreachable hosts carry their error.
+    `dry_run`, only list. By `Host.key`, in host order; unreachable hosts carry their error.
     """
     hosts = tuple(hosts) or this_machine()
     with open_agents(hosts, ssh_options, remote_python) as (sessions, problems):
@@ -129,8 +133,11 @@ def kill_sessions(
         dry_run=dry_run,
     )
     results = {}
-    for name, reply in replies.items():
-        found = _host_scan(sessions[name], reply)
+    for name, session in sessions.items():
+        reply = replies.get(session.host.key)
+        if reply is None:
+            continue
+        found = _host_scan(session, reply)
         if isinstance(reply, RemoteError):
             results[name] = HostKill(found, grace_s, dry_run)
             continue
@@ -152,13 +159,13 @@ def _host_scan(session: AgentSession, reply: dict[str, Any] | RemoteError) -> Ho
     host = session.host
     if isinstance(reply, RemoteError):
         return HostScan(
-            host.name,
-            error=Problem(reply.what, host=host.name, hint=reply.hint, code=reply.code),
+            host.display,
+            error=Problem(reply.what, host=host.display, hint=reply.hint, code=reply.code),
             is_local=host.is_local,
         )
     now = float(reply.get("time", 0.0))
     processes = tuple(JobProcess.from_agent(entry, now) for entry in reply.get("processes", ()))
-    return HostScan(host.name, processes, user=reply.get("user"), is_local=host.is_local)
+    return HostScan(host.display, processes, user=reply.get("user"), is_local=host.is_local)
 
 
 def _in_order(
@@ -170,11 +177,11 @@ def _in_order(
     """Every host's result in the order given; a host never reached gets its problem."""
     ordered: dict[str, R] = {}
     for host in hosts:
-        if host.name in results:
-            ordered[host.name] = results[host.name]
+        if host.key in results:
+            ordered[host.key] = results[host.key]
         else:
-            problem = problems.get(host.name) or Problem("no answer", host=host.name)
-            ordered[host.name] = unreached(
-                HostScan(host.name, error=problem, is_local=host.is_local)
+            problem = problems.get(host.key) or Problem("no answer", host=host.display)
+            ordered[host.key] = unreached(
+                HostScan(host.display, error=problem, is_local=host.is_local)
             )
     return ordered

@@ -475,7 +475,7 @@ def launch(
     def announce(plan: JobPlan, where: Path) -> None:
         hosts = plan.hosts
         if plan.is_multi_host:
-            names = ", ".join(h.name for h in hosts)
+            names = ", ".join(h.display for h in hosts)
             place = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({names})"
         else:
             place = f"this machine ({hosts[0].name})"

@@ -79,7 +79,7 @@ class Hosts:
         self.remote_python = remote_python
         self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
         self.budget = OutputBudget()
-        self.sessions: dict[str, AgentSession] = {}
+        self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
         self._lock = threading.Lock()
 
     @property
@@ -126,7 +126,7 @@ class Hosts:
             problem = self._start_agent(host)
             if problem is not None:
                 with lock:
-                    problems[host.name] = problem
+                    problems[host.key] = problem
 
         starting_here = threading.Thread(target=in_parallel, args=(local, start_local))
         starting_here.start()
@@ -135,7 +135,7 @@ class Hosts:
             with lock:
                 problems.update(found)
         starting_here.join()
-        sessions = {h.name: self.sessions[h.name] for h in hosts if h.name in self.sessions}
+        sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
         return sessions, problems
 
     def _start_agent(self, host: Host) -> Problem | None:
@@ -149,10 +149,10 @@ class Hosts:
             session = AgentSession(host, link, self.events, self.budget)
         except Exception as exc:  # any failure names its host
             return Problem(
-                f"cannot start dtrain's agent: {exc}", host=host.name, code=AGENT_PROBLEM
+                f"cannot start dtrain's agent: {exc}", host=host.display, code=AGENT_PROBLEM
             )
         with self._lock:
-            self.sessions[host.name] = session
+            self.sessions[host.key] = session
         return None
 
     def close(self) -> None:
@@ -175,8 +175,8 @@ def run_on_all(
     """One request to every host; any host's error fails the whole step, naming each host."""
     replies = request_all(sessions.values(), op, timeout_s, fields_for=fields_for, **fields)
     problems = [
-        Problem(reply.what, host=name, hint=reply.hint)
-        for name, reply in sorted(replies.items())
+        Problem(reply.what, host=sessions[key].host.display, hint=reply.hint)
+        for key, reply in sorted(replies.items())
         if isinstance(reply, RemoteError)
     ]
     if problems:
@@ -196,7 +196,7 @@ def gather_facts(
         sessions,
         "hello",
         "contacting the agents",
-        fields_for=lambda s: {"ports": ports.get(s.host.name, 0)},
+        fields_for=lambda s: {"ports": ports.get(s.host.key, 0)},
         heartbeat_s=options.heartbeat_s,
         lease_s=options.lease_s,
         grace_s=options.grace_s,
@@ -207,7 +207,11 @@ def gather_facts(
         session = sessions[name]
         if session.host.is_local:
             continue
-        address = reply.get("ssh_server_address") or resolve_address(name) or name
+        address = (
+            reply.get("ssh_server_address")
+            or resolve_address(session.host.name)
+            or session.host.name
+        )
         remote_addresses.append(address)
         hosts[name] = tracker.HostFacts(
             address=address,
@@ -222,8 +226,8 @@ def gather_facts(
                 interfaces=reply.get("interfaces", {}),
                 free_ports=tuple(reply.get("free_ports", ())),
             )
-    if request.local_host.name not in hosts:
-        hosts[request.local_host.name] = tracker.HostFacts(
+    if request.local_host.key not in hosts:
+        hosts[request.local_host.key] = tracker.HostFacts(
             address=local_address, interfaces=local_interfaces()
         )
     return tracker.Facts(job_id=job_id, hosts=hosts)
@@ -248,30 +252,29 @@ def dry_run_facts(
 
     ports = tracker.ports_needed(request)
     transport = SshTransport(ssh) if request.hosts else None
+    targets = transport.distinct_targets(request.hosts) if transport else []
     hosts: dict[str, tracker.HostFacts] = {}
     resolved = []
     unresolved = []
-    for host in request.hosts:
-        assert transport is not None
-        target = transport.target(host)
+    for host, target in zip(request.hosts, targets, strict=True):
         address = resolve_address(target.hostname)
         if address is None:
-            unresolved.append(host.name)
+            unresolved.append(host.display)
         else:
             resolved.append(address)
-        hosts[host.name] = tracker.HostFacts(
+        hosts[host.key] = tracker.HostFacts(
             address=address or target.hostname,
             interfaces={},
-            free_ports=tuple(local_free_ports(ports.get(host.name, 0))),
+            free_ports=tuple(local_free_ports(ports.get(host.key, 0))),
         )
     here = local_interfaces()
     local_address = _local_address(resolved) if resolved or not request.hosts else None
     if local_address is None:  # no route known: this machine's first outward address
         local_address = next((a for a in here.values() if not a.startswith("127.")), "127.0.0.1")
-    hosts[request.local_host.name] = tracker.HostFacts(
+    hosts[request.local_host.key] = tracker.HostFacts(
         address=local_address,
         interfaces=here,
-        free_ports=tuple(local_free_ports(ports.get(request.local_host.name, 0))),
+        free_ports=tuple(local_free_ports(ports.get(request.local_host.key, 0))),
     )
     return tracker.Facts(job_id=job_id, hosts=hosts), unresolved
 
@@ -309,6 +312,8 @@ class Launch:
         placed = tracker.place(self.request)  # bad requests fail before any connection
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
         hosts = Hosts(self.options.ssh, self.options.remote_python)
+        if self.request.hosts:  # every line, used or not: a host listed twice is a mistake
+            hosts.ssh.distinct_targets(self.request.hosts)
         phase = _PhaseClock()
         started = False
         try:
@@ -399,7 +404,7 @@ class Launch:
 
         started = time.monotonic()
         rendezvous = self.plan.rendezvous
-        first = self.plan.tasks[0].host.name if self.plan.tasks else None
+        first = self.plan.tasks[0].host.key if self.plan.tasks else None
         results = checks.preflight(
             sessions,
             first if rendezvous is not None else None,
@@ -441,7 +446,7 @@ class Launch:
         plan = self.plan
         by_host: dict[str, list[dict[str, Any]]] = {}
         for task_id, task in enumerate(plan.tasks):
-            by_host.setdefault(task.host.name, []).append(
+            by_host.setdefault(task.host.key, []).append(
                 {
                     "id": task_id,
                     "name": task.name,
@@ -454,7 +459,7 @@ class Launch:
             sessions,
             "launch",
             "checking the tasks",
-            fields_for=lambda s: {"tasks": by_host.get(s.host.name, [])},
+            fields_for=lambda s: {"tasks": by_host.get(s.host.key, [])},
             job_id=plan.job_id,
             grace_s=self.options.grace_s,
             traceback_timeout_s=self.options.traceback_timeout_s,
@@ -477,5 +482,5 @@ def _hosts_of(placed: Sequence[PlacedTask]) -> list[Host]:
     """The hosts the tasks were placed on, each once, in order of first use."""
     seen: dict[str, Host] = {}
     for task in placed:
-        seen.setdefault(task.host.name, task.host)
+        seen.setdefault(task.host.key, task.host)
     return list(seen.values())

@@ -149,7 +149,7 @@ class JobPlan:
         """Distinct hosts in first-use order."""
         seen: dict[str, Host] = {}
         for task in self.tasks:
-            seen.setdefault(task.host.name, task.host)
+            seen.setdefault(task.host.key, task.host)
         return tuple(seen.values())
 
     @property

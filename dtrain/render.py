@@ -93,7 +93,7 @@ def plan_text(plan: JobPlan, note: str | None = None) -> str:
     lines += [f"note: {message}" for message in plan.notes]
     rows = [("TASK", "HOST", "ADDRESS", "ENDPOINT", "COMMAND")]
     for task in plan.tasks:
-        host = f"{task.host.name} (this machine)" if task.host.is_local else task.host.name
+        host = f"{task.host.display} (this machine)" if task.host.is_local else task.host.display
         rows.append(
             (
                 task.name,

@@ -25,7 +25,7 @@ from pathlib import Path
 import paramiko
 
 from dtrain.errors import Problem, UsageError
-from dtrain.hosts import Host
+from dtrain.hosts import Host, check_same_targets
 from dtrain.transport import SshOptions, agent_payload, remote_command
 
 logger = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ class SshTransport:
     def __init__(self, options: SshOptions) -> None:
         self.options = options
         self.config = load_ssh_config(options)
-        self.clients: dict[str, paramiko.SSHClient] = {}
+        self.clients: dict[str, paramiko.SSHClient] = {}  # by Host.key: name and port
         self.connect_times_s: dict[str, float] = {}
         # One connection per ProxyJump spec, shared by every host behind it: a Future while
         # the first host that needs it connects, so the others wait for it instead of each
@@ -346,6 +346,12 @@ class SshTransport:
 
     def target(self, host: Host) -> SshTarget:
         return resolve_target(host, self.config, self.options)
+
+    def distinct_targets(self, hosts: Sequence[Host]) -> list[SshTarget]:
+        """Each host's target; a `HostsFileError` if two lines reach one (hostname, port, user)."""
+        targets = [self.target(host) for host in hosts]
+        check_same_targets(hosts, [(t.hostname, t.port, t.user) for t in targets])
+        return targets
 
     def try_connect_all(
         self, hosts: Sequence[Host], then: Callable[[Host], Problem | None] | None = None
@@ -362,15 +368,15 @@ class SshTransport:
                 problem = then(host)
             return problem
 
-        # a bad ssh config setting stops everything before any connection
-        targets = [self.target(host) for host in hosts]
+        # a bad ssh config setting, or one host listed twice, stops everything before any connection
+        targets = self.distinct_targets(hosts)
         problems: dict[str, Problem] = {}
         width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:
             outcomes = list(pool.map(one, hosts, targets))
         for host, problem in zip(hosts, outcomes, strict=True):
             if problem is not None:
-                problems[host.name] = problem
+                problems[host.key] = problem
         return problems
 
     def _connect_one(self, host: Host, target: SshTarget) -> Problem | None:
@@ -386,8 +392,8 @@ class SshTransport:
                 time.sleep(0.2)
                 continue
             with self._lock:
-                self.clients[host.name] = client
-                self.connect_times_s[host.name] = time.monotonic() - started
+                self.clients[host.key] = client
+                self.connect_times_s[host.key] = time.monotonic() - started
             return None
         return last
 
@@ -505,12 +511,12 @@ class SshTransport:
             raise failure from exc
 
     def open_link(self, host: Host, python: str) -> SshLink:
-        client = self.clients[host.name]
+        client = self.clients[host.key]
         return SshLink(client, remote_command(python))
 
     def drop(self, host: Host) -> None:
         """Abandon a host (lost or partitioned): closing unblocks any reader."""
-        client = self.clients.pop(host.name, None)
+        client = self.clients.pop(host.key, None)
         if client is not None:
             client.close()
 

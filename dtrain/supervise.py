@@ -95,7 +95,7 @@ class Supervisor:
             path = log_dir / spec.log_name
             self.runs[task_id] = TaskRun(
                 spec=spec,
-                session=sessions[spec.host.name],
+                session=sessions[spec.host.key],
                 log=TaskLog(path),
                 log_path=str(path),
             )
@@ -172,7 +172,7 @@ class Supervisor:
                 detail=info.get("detail"),
             )
         elif event.kind == proto.NOTICE:
-            self.console.note(f"{run.spec.host.name}: {event.json().get('message')}")
+            self.console.note(f"{run.spec.host.display}: {event.json().get('message')}")
 
     def finish(
         self,
@@ -187,7 +187,7 @@ class Supervisor:
         run.exit = TaskExit(
             task=run.spec.name,
             label=run.spec.label,
-            host=run.spec.host.name,
+            host=run.spec.host.display,
             exit_code=exit_code,
             signal=signum,
             started_at=run.started_at,
@@ -224,13 +224,13 @@ class Supervisor:
 
     def on_link_closed(self, session: AgentSession) -> None:
         stderr = session.link.stderr_text().strip()
-        why = f"the connection to {session.host.name} closed"
+        why = f"the connection to {session.host.display} closed"
         if stderr:
             why += f" ({stderr.splitlines()[-1]})"
         self.lose_host(session, why)
 
     def lose_host(self, session: AgentSession, why: str) -> None:
-        self.lost_hosts.add(session.host.name)
+        self.lost_hosts.add(session.host.key)
         for run in self.runs.values():
             if run.session is session and run.exit is None:
                 self.finish(
@@ -275,7 +275,7 @@ class Supervisor:
         sessions: dict[str, AgentSession] = {}
         for run in self.runs.values():
             if run.exit is None:
-                sessions.setdefault(run.spec.host.name, run.session)
+                sessions.setdefault(run.spec.host.key, run.session)
         return list(sessions.values())
 
     def check_timers(self) -> None:
@@ -298,7 +298,7 @@ class Supervisor:
             if silent_s > options.lease_s:
                 self.lose_host(
                     session,
-                    f"no heartbeat from {session.host.name} for {silent_s:.0f}s "
+                    f"no heartbeat from {session.host.display} for {silent_s:.0f}s "
                     "(host down or network partitioned)",
                 )
         if (
@@ -318,7 +318,7 @@ class Supervisor:
                 for session in self.live_sessions():
                     self.lose_host(
                         session,
-                        f"{session.host.name} did not confirm that its tasks were stopped; "
+                        f"{session.host.display} did not confirm that its tasks were stopped; "
                         "its agent stops them by itself when the connection drops",
                     )
 

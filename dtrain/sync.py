@@ -93,7 +93,7 @@ def _stream(root: Path, files: Sequence[tuple[str, int, int, int]]) -> Iterator[
 
 
 def sync_host(session: AgentSession, manifest: Manifest, dst: str) -> HostSync:
-    report = HostSync(host=session.host.name)
+    report = HostSync(host=session.host.display)
     need = session.request(
         "sync_plan",
         60,
@@ -134,14 +134,14 @@ def sync_all(sessions: Mapping[str, AgentSession], manifest: Manifest, dst: str)
                 problems.append(
                     Problem(
                         f"sync to {dst} failed: {what}",
-                        host=session.host.name,
+                        host=session.host.display,
                         hint=hint,
                         code="sync",
                     )
                 )
             return
         with lock:
-            reports[session.host.name] = report
+            reports[session.host.key] = report
 
     in_parallel(sessions.values(), one)
     if problems:
@@ -149,4 +149,4 @@ def sync_all(sessions: Mapping[str, AgentSession], manifest: Manifest, dst: str)
             f"--sync-dst-dir failed on {len(problems)} host(s); nothing was started",
             problems=sorted(problems, key=lambda p: p.host or ""),
         )
-    return [reports[name] for name in sessions]
+    return [reports[s.host.key] for s in sessions.values()]

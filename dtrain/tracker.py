@@ -76,7 +76,7 @@ class HostFacts:
 @dataclass(frozen=True)
 class Facts:
     job_id: str
-    hosts: Mapping[str, HostFacts]
+    hosts: Mapping[str, HostFacts]  # by Host.key
 
 
 def make_job_id(now: datetime, token: str) -> str:
@@ -125,8 +125,8 @@ def validate(request: JobRequest) -> None:
     if request.scheduler_host is not None:
         if fw is not Framework.DMLC:
             raise UsageError(f"--scheduler-host is for dmlc jobs; {fw.value} jobs have none")
-        names = [host.name for host in request.hosts]
-        if request.scheduler_host not in names:
+        if _scheduler_host(request) is None:
+            names = [host.display for host in request.hosts]
             listed = ", ".join(names) if names else "none (no -H given)"
             raise UsageError(
                 f'--scheduler-host "{request.scheduler_host}" is not in the hosts file',
@@ -154,6 +154,15 @@ def validate(request: JobRequest) -> None:
             ) from None
 
 
+def _scheduler_host(request: JobRequest) -> Host | None:
+    """The host --scheduler-host names: as shown (`node1:2202`) or by name."""
+    wanted = request.scheduler_host
+    for host in request.hosts:
+        if wanted in (host.display, host.name):
+            return host
+    return None
+
+
 def _shape(request: JobRequest) -> frameworks.Shape:
     servers = request.num_servers if request.num_servers is not None else 0
     return frameworks.shape_of(request.framework, servers, request.chief)
@@ -171,9 +180,7 @@ def place(request: JobRequest) -> tuple[PlacedTask, ...]:
     shape = _shape(request)
     placed: list[PlacedTask] = []
     if shape.needs_scheduler:
-        where = request.local_host
-        if request.scheduler_host is not None:
-            where = next(h for h in request.hosts if h.name == request.scheduler_host)
+        where = _scheduler_host(request) or request.local_host
         placed.append(_placed(Role.SCHEDULER, 0, where, hosts, 0, 1))
     if shape.is_collective:
         placed += _place_collective(request, hosts)
@@ -210,7 +217,7 @@ def _num_workers_ps(request: JobRequest, hosts: Sequence[Host]) -> int:
 def _placed(
     role: Role, index: int, host: Host, hosts: Sequence[Host], local_rank: int, local_size: int
 ) -> PlacedTask:
-    node_rank = next((i for i, h in enumerate(hosts) if h.name == host.name), 0)
+    node_rank = next((i for i, h in enumerate(hosts) if h.key == host.key), 0)
     return PlacedTask(
         role=role,
         index=index,
@@ -234,13 +241,13 @@ def _round_robin(
     chosen = [cycle[(offset + i) % len(cycle)] for i in range(count)]
     totals: dict[str, int] = {}
     for host in chosen:
-        totals[host.name] = totals.get(host.name, 0) + 1
+        totals[host.key] = totals.get(host.key, 0) + 1
     seen: dict[str, int] = {}
     result = []
     for index, host in enumerate(chosen):
-        local_rank = seen.get(host.name, 0)
-        seen[host.name] = local_rank + 1
-        result.append(_placed(role, index, host, hosts, local_rank, totals[host.name]))
+        local_rank = seen.get(host.key, 0)
+        seen[host.key] = local_rank + 1
+        result.append(_placed(role, index, host, hosts, local_rank, totals[host.key]))
     return result
 
 
@@ -289,7 +296,7 @@ def _place_collective(request: JobRequest, hosts: Sequence[Host]) -> list[Placed
 
 
 def ports_needed(request: JobRequest) -> dict[str, int]:
-    """How many free ports each host must offer (by host name) before the plan can be made."""
+    """How many free ports each host must offer (by `Host.key`) before the plan can be made."""
     placed = place(request)
     shape = _shape(request)
     needed: dict[str, int] = {}
@@ -297,10 +304,10 @@ def ports_needed(request: JobRequest) -> dict[str, int]:
         return needed
     if shape.task_ports:
         for task in placed:
-            needed[task.host.name] = needed.get(task.host.name, 0) + 1
+            needed[task.host.key] = needed.get(task.host.key, 0) + 1
     elif placed:
         rendezvous_task = placed[0]
-        needed[rendezvous_task.host.name] = 1
+        needed[rendezvous_task.host.key] = 1
     return needed
 
 
@@ -410,9 +417,9 @@ def _task_workdir(request: JobRequest, host: Host) -> str:
 
 def _host_facts(facts: Facts, host: Host) -> HostFacts:
     try:
-        return facts.hosts[host.name]
+        return facts.hosts[host.key]
     except KeyError:
-        raise DtrainError(f"no address known for host {host.name}") from None
+        raise DtrainError(f"no address known for host {host.display}") from None
 
 
 def _task_address(request: JobRequest, facts: Facts, host: Host) -> str:
@@ -426,7 +433,7 @@ def _task_address(request: JobRequest, facts: Facts, host: Host) -> str:
     except KeyError:
         have = ", ".join(sorted(host_facts.interfaces)) or "none with IPv4"
         raise DtrainError(
-            f"host {host.name} has no IPv4 address on interface {interface}",
+            f"host {host.display} has no IPv4 address on interface {interface}",
             hint=f"its interfaces are: {have}; pass --interface NAME or unset DMLC_INTERFACE",
         ) from None
 
@@ -461,7 +468,7 @@ def _check_no_loopback(request: JobRequest, tasks: Sequence[PlacedTask]) -> None
 def _free_port(facts: Facts, host: Host, position: int) -> int:
     ports = _host_facts(facts, host).free_ports
     if position >= len(ports):
-        raise DtrainError(f"host {host.name} offered too few free ports ({len(ports)})")
+        raise DtrainError(f"host {host.display} offered too few free ports ({len(ports)})")
     return ports[position]
 
 
@@ -473,8 +480,8 @@ def _assign_endpoints(
     used: dict[str, int] = {}
     result = []
     for task in tasks:
-        position = used.get(task.host.name, 0)
-        used[task.host.name] = position + 1
+        position = used.get(task.host.key, 0)
+        used[task.host.key] = position + 1
         if request.port is not None:
             port = request.port + position
             if port > 65535:

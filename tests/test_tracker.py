@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,35 @@ def test_a_dry_run_address_left_as_a_name_is_shown_not_rejected() -> None:
     named["gpu-a"] = tracker.HostFacts(address="gpu-a")
     p = tracker.plan_job(request, tracker.Facts(job_id="J", hosts=named))
     assert p.task("worker.0").env["DMLC_NODE_HOST"] == "gpu-a"
+
+
+def test_one_machine_on_two_ports_is_two_hosts_with_their_own_ports_and_labels() -> None:
+    two = hosts("127.0.0.1:2201\n127.0.0.1:2202\n")
+    request = make(
+        framework=Framework.PADDLE, num_workers=2, num_servers=2, hosts=two, host_ip="10.0.0.1"
+    )
+    assert tracker.ports_needed(request) == {"127.0.0.1:2201": 2, "127.0.0.1:2202": 2}
+    known = {
+        host.key: tracker.HostFacts(
+            address=f"10.0.0.{n}", free_ports=tuple(9000 + 10 * n + i for i in range(2))
+        )
+        for n, host in enumerate(two, start=2)
+    }
+    known[LOCAL.key] = tracker.HostFacts(address="10.0.0.1", free_ports=(7000,))
+    p = tracker.plan_job(request, tracker.Facts(job_id="J", hosts=known))
+    assert [(t.label, str(t.endpoint)) for t in p.tasks] == [
+        ("server.0@127.0.0.1:2201", "10.0.0.2:9020"),
+        ("server.1@127.0.0.1:2202", "10.0.0.3:9030"),
+        ("worker.0@127.0.0.1:2201", "10.0.0.2:9021"),
+        ("worker.1@127.0.0.1:2202", "10.0.0.3:9031"),
+    ]
+    assert [h.key for h in p.hosts] == ["127.0.0.1:2201", "127.0.0.1:2202"]
+
+
+@pytest.mark.parametrize("text", ["localhost\n", "127.0.0.1\n", "[::ffff:127.0.0.1]\n"])
+def test_hosts_that_are_all_this_machine_plan_a_job_on_loopback(text: str) -> None:
+    request = make(num_workers=2, hosts=hosts(text))
+    facts = facts_for(request)
+    here = {key: replace(f, address="127.0.0.1") for key, f in facts.hosts.items()}
+    p = tracker.plan_job(request, tracker.Facts(job_id="J", hosts=here))
+    assert {t.address for t in p.tasks} == {"127.0.0.1"}
