@@ -210,7 +210,7 @@ class AgentSession:
         if "no python3" in stderr or "not found" in stderr or "No such file" in stderr:
             hint = (
                 f"dtrain's agent needs a python3 (>= 3.6, standard library only) on "
-                f"{self.host.name}: install one, or name it with --remote-python PATH"
+                f"{self.host.display}: install one, or name it with --remote-python PATH"
             )
         return RemoteError(f"{what}{detail}", hint=hint, host=self.host.display)
 
