@@ -14,6 +14,7 @@ import secrets
 import shlex
 import stat
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -203,6 +204,8 @@ class TerminalConsole:
         self.stderr = stderr
         self.closed: set[int] = set()
         self.prefixers: dict[tuple[str, bool], render.LinePrefixer] = {}
+        self.waiting: set[tuple[str, bool]] = set()  # streams holding a partial line
+        self.next_due: float | None = None
 
     def _write(self, out: BinaryIO, pieces: Sequence[bytes | memoryview]) -> None:
         if id(out) in self.closed or not pieces:
@@ -240,10 +243,33 @@ class TerminalConsole:
         prefixer = self.prefixers.get(key)
         if prefixer is None:
             prefixer = self.prefixers[key] = render.LinePrefixer(f"[{task.label}] ".encode())
-        self._write(self.stderr if is_stderr else self.stdout, prefixer.feed(data))
+        out = self.stderr if is_stderr else self.stdout
+        self._write(out, prefixer.feed(data, time.monotonic()))
+        due = prefixer.due()
+        if due is not None:
+            self.waiting.add(key)
+            self.next_due = due if self.next_due is None else min(self.next_due, due)
+
+    def tick(self) -> float | None:
+        """Show partial lines whose task went quiet; seconds until the next one may be due."""
+        now = time.monotonic()
+        if self.next_due is not None and now >= self.next_due:
+            self.next_due = None
+            for key in list(self.waiting):
+                prefixer = self.prefixers[key]
+                shown = prefixer.idle(now)
+                if shown:
+                    self._write(self.stderr if key[1] else self.stdout, [shown])
+                due = prefixer.due()
+                if due is None:
+                    self.waiting.discard(key)
+                else:
+                    self.next_due = due if self.next_due is None else min(self.next_due, due)
+        return None if self.next_due is None else max(self.next_due - now, 0.0)
 
     def task_closed(self, task: TaskSpec) -> None:
         for is_stderr in (False, True):
+            self.waiting.discard((task.label, is_stderr))
             prefixer = self.prefixers.pop((task.label, is_stderr), None)
             if prefixer is not None:
                 rest = prefixer.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -19,44 +20,109 @@ MAX_PARTIAL_LINE = 1 << 16
 
 
 class LinePrefixer:
-    """Prefixes every line of one task's stream, holding back a partial last line."""
+    """Shows one task's stream as a terminal would, one prefixed line at a time.
 
-    def __init__(self, prefix: bytes) -> None:
+    Complete lines are prefixed as they come. A partial line is shown once its stream has been
+    idle `idle_s` (the caller passes the time in and calls `idle`); the rest of that line then
+    follows as a line of its own, and a bare newline after it adds nothing. A `\r` update
+    (progress bars) shows what follows the last `\r`, at most one update per `update_s`.
+    """
+
+    def __init__(self, prefix: bytes, idle_s: float = 0.2, update_s: float = 0.25) -> None:
         self.prefix = prefix
         self.separator = b"\n" + prefix
-        self.partial = b""
+        self.idle_s = idle_s
+        self.update_s = update_s
+        self.tail = b""  # the current segment's bytes not shown yet (raw, no \r or \n)
+        self.held = b""  # the last non-empty segment a \r ended, not shown yet
+        self.is_line_shown = False  # part of the current line was shown already
+        self.has_update = False  # a \r came since the last update shown
+        self.last_byte_at = 0.0
+        self.last_update_at = -math.inf
 
-    def feed(self, data: bytes) -> list[bytes | memoryview]:
-        """The prefixed complete lines, as pieces to write in order (`os.writev`).
+    def feed(self, data: bytes, now: float = 0.0) -> list[bytes | memoryview]:
+        """The pieces to write in order (`os.writev`) for `data`, which arrived at `now`.
 
-        Task output runs to hundreds of MB/s: the common case (a chunk that ends a line) costs
-        one pass, the `replace`, and no other copy.
+        Task output runs to hundreds of MB/s: a chunk of plain lines costs a `find` for
+        `\r`, one `replace` and no other copy; only lines holding `\r` are split.
         """
-        if self.partial:
-            data = self.partial + data
-            self.partial = b""
+        self.last_byte_at = now
+        if self.tail:
+            data = self.tail + data
+            self.tail = b""
+        out: list[bytes | memoryview] = []
         cut = data.rfind(b"\n")
-        if cut < 0:
-            if len(data) < MAX_PARTIAL_LINE:
-                self.partial = data
-                return []
-            return [self.prefix, data, b"\n"]
-        if cut + 1 < len(data):
-            self.partial = data[cut + 1 :]
-            data = data[: cut + 1]
-        body = memoryview(data.replace(b"\n", self.separator))[: -len(self.prefix)]
-        return [self.prefix, body]
+        if cut >= 0:
+            start = 0
+            if self.held or self.is_line_shown:
+                start = data.find(b"\n") + 1
+                out += self._end_line(data[: start - 1])
+            if start <= cut:
+                body = data[start : cut + 1] if start or cut + 1 < len(data) else data
+                if body.find(b"\r") < 0:
+                    prefixed = body.replace(b"\n", self.separator)
+                    out += [self.prefix, memoryview(prefixed)[: -len(self.prefix)]]
+                else:
+                    for line in body[:-1].split(b"\n"):
+                        out += self._end_line(line)
+            self.has_update = False
+            data = data[cut + 1 :]
+        ret = data.rfind(b"\r")
+        if ret >= 0:
+            segment = last_segment(data[:ret])
+            if segment:
+                self.held = segment
+            data = data[ret + 1 :]
+            self.has_update = True
+        self.tail = data
+        if (self.tail or self.held) and (
+            len(self.tail) >= MAX_PARTIAL_LINE
+            or (self.has_update and now - self.last_update_at >= self.update_s)
+        ):
+            out += self._show(now)
+        return out
 
-    def feed_bytes(self, data: bytes) -> bytes:
-        return b"".join(self.feed(data))
+    def feed_bytes(self, data: bytes, now: float = 0.0) -> bytes:
+        return b"".join(self.feed(data, now))
+
+    def due(self) -> float | None:
+        """When `idle` will have something to show, if nothing more arrives."""
+        if self.tail or self.held:
+            return self.last_byte_at + self.idle_s
+        return None
+
+    def idle(self, now: float) -> bytes:
+        """The partial line or held update, once the stream has been quiet for `idle_s`."""
+        if (self.tail or self.held) and now - self.last_byte_at >= self.idle_s:
+            return b"".join(self._show(now))
+        return b""
 
     def flush(self) -> bytes:
-        """The held-back partial line, terminated, at the end of the stream."""
-        if not self.partial:
-            return b""
-        out = self.prefix + self.partial + b"\n"
-        self.partial = b""
-        return out
+        """The partial line or held update, terminated, at the end of the stream."""
+        return b"".join(self._show(self.last_byte_at))
+
+    def _end_line(self, line: bytes) -> list[bytes | memoryview]:
+        segment = last_segment(line) if line.find(b"\r") >= 0 else line
+        held, was_shown = self.held, self.is_line_shown
+        self.held = b""
+        self.is_line_shown = self.has_update = False
+        if segment or held:
+            return [self.prefix, segment or held, b"\n"]
+        return [] if was_shown else [self.prefix, b"\n"]
+
+    def _show(self, now: float) -> list[bytes | memoryview]:
+        shown = self.tail or self.held
+        self.is_line_shown = self.is_line_shown or bool(shown)
+        self.tail = self.held = b""
+        self.has_update = False
+        self.last_update_at = now
+        return [self.prefix, shown, b"\n"] if shown else []
+
+
+def last_segment(line: bytes) -> bytes:
+    """What a terminal shows last of a line holding `\r`: its last non-empty segment."""
+    line = line.rstrip(b"\r")
+    return line[line.rfind(b"\r") + 1 :]
 
 
 def envelope(

@@ -50,6 +50,10 @@ class Console(Protocol):
 
     def task_closed(self, task: TaskSpec) -> None: ...
 
+    def tick(self) -> float | None:
+        """Show what waited for its task to go quiet; seconds until the next call is due."""
+        ...
+
     def note(self, message: str) -> None: ...
 
 
@@ -115,8 +119,10 @@ class Supervisor:
     def run(self) -> JobResult:
         try:
             while not self.is_done():
+                due_s = self.console.tick()
+                wait_s = POLL_S if due_s is None else min(POLL_S, max(due_s, 0.01))
                 try:
-                    event = self.events.get(timeout=POLL_S)
+                    event = self.events.get(timeout=wait_s)
                 except queue.Empty:
                     event = None
                 if event is not None:

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dtrain.errors import DtrainError, Problem, group_problems
-from dtrain.render import LinePrefixer, envelope, result_text
+from dtrain.render import LinePrefixer, envelope, last_segment, result_text
 from dtrain.results import JobResult, JobState, TaskExit
 
 
@@ -23,7 +23,40 @@ def test_a_huge_line_without_newline_is_flushed_in_pieces() -> None:
     assert out.startswith(b"> xxx") and out.endswith(b"\n")
 
 
-@given(st.lists(st.binary(max_size=50), max_size=20))
+def test_a_huge_line_ends_without_an_empty_prefixed_line() -> None:
+    p = LinePrefixer(b"> ")
+    shown = p.feed_bytes(b"x" * 70000) + p.feed_bytes(b"x" * 10) + p.feed_bytes(b"\n")
+    assert shown == b"> " + b"x" * 70000 + b"\n> xxxxxxxxxx\n"
+
+
+# (chunks fed at these times, the console's idle check before each, then at idle_at) -> shown
+CASES: list[tuple[list[tuple[float, bytes]], float, bytes]] = [
+    ([(0, b"partial")], 0.1, b""),  # not idle long enough
+    ([(0, b"partial")], 0.2, b"> partial\n"),
+    ([(0, b"partial"), (0.1, b" rest\n")], 1, b"> partial rest\n"),
+    ([(0, b"partial"), (1, b" rest\n")], 2, b"> partial\n>  rest\n"),
+    ([(0, b"partial"), (1, b"\nnext\n")], 0.5, b"> partial\n> next\n"),  # no empty line
+    ([(0, b"a\r\n"), (1, b"\n")], 2, b"> a\n> \n"),  # CRLF; blank lines stay
+    ([(0, b"\r10%"), (0.1, b"\r20%"), (0.2, b"\r30%")], 0.3, b"> 10%\n"),
+    ([(0, b"\r10%"), (0.1, b"\r20%"), (0.2, b"\r30%")], 0.4, b"> 10%\n> 30%\n"),
+    ([(0, b"\r10%"), (0.1, b"\r20%"), (0.3, b"\r30%")], 0.3, b"> 10%\n> 30%\n"),
+    ([(0, b"\r1\r2\r3\n")], 1, b"> 3\n"),  # a terminal shows the last
+    ([(0, b"\r10%"), (0.1, b"\r20%\r"), (0.15, b"\n")], 1, b"> 10%\n> 20%\n"),
+    ([(0, b"saving\r"), (0.5, b"")], 0.5, b"> saving\n"),
+    ([(0, b"x\n\r\n")], 1, b"> x\n> \n"),
+]
+
+
+@pytest.mark.parametrize(("chunks", "idle_at", "shown"), CASES)
+def test_partial_lines_and_updates_show_as_a_terminal_would(
+    chunks: list[tuple[float, bytes]], idle_at: float, shown: bytes
+) -> None:
+    p = LinePrefixer(b"> ")
+    out = b"".join(p.idle(now) + p.feed_bytes(data, now) for now, data in chunks)
+    assert out + p.idle(idle_at) == shown
+
+
+@given(st.lists(st.binary(max_size=50).map(lambda b: b.replace(b"\r", b"")), max_size=20))
 def test_prefixing_keeps_every_byte_in_order(chunks: list[bytes]) -> None:
     p = LinePrefixer(b"[t] ")
     out = b"".join(p.feed_bytes(c) for c in chunks) + p.flush()
@@ -32,6 +65,18 @@ def test_prefixing_keeps_every_byte_in_order(chunks: list[bytes]) -> None:
     if expected_lines and expected_lines[-1] == b"":
         expected_lines.pop()
     assert out == b"".join(b"[t] " + line + b"\n" for line in expected_lines)
+
+
+@given(st.lists(st.sampled_from([b"\r", b"\n", b"a", b"bc", b"\r\n"]), max_size=30))
+def test_updates_never_show_a_carriage_return_nor_an_empty_line_that_was_not_there(
+    chunks: list[bytes],
+) -> None:
+    p = LinePrefixer(b"[t] ")
+    out = b"".join(p.idle(now) + p.feed_bytes(c, now) for now, c in enumerate(chunks))
+    out += p.flush()
+    assert b"\r" not in out
+    blank = [line for line in b"".join(chunks).split(b"\n")[:-1] if not last_segment(line)]
+    assert out.split(b"\n").count(b"[t] ") <= len(blank)
 
 
 def exit_(task: str, **fields: object) -> TaskExit:
