@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dtrain.plan import Endpoint, Framework, PlacedTask, Role
 
@@ -177,7 +177,11 @@ def forwarded_env(framework: Framework, environ: Mapping[str, str]) -> dict[str,
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
-    """The placed job, addresses and ports decided: everything env builders read."""
+    """The placed job, addresses and ports decided: everything env builders read.
+
+    What every task's environment shares (each role's tasks, their joined endpoints, how many
+    hosts they span) is computed once here, so building all the environments stays linear.
+    """
 
     framework: Framework
     job_id: str
@@ -185,12 +189,33 @@ class JobContext:
     rendezvous: Endpoint | None
     ps_gpus: bool = False
     user_sets: frozenset[str] = frozenset()
+    by_role: Mapping[Role, tuple[PlacedTask, ...]] = field(init=False, repr=False)
+    joined: Mapping[Role, str] = field(init=False, repr=False)  # endpoints, comma-separated
+    node_counts: Mapping[Role, int] = field(init=False, repr=False)
+    tf_cluster: str = field(init=False, repr=False)  # TF_CONFIG's "cluster", as JSON
 
-    def of_role(self, role: Role) -> list[PlacedTask]:
-        return [task for task in self.tasks if task.role is role]
+    def __post_init__(self) -> None:
+        by_role: dict[Role, list[PlacedTask]] = {role: [] for role in Role}
+        for task in self.tasks:
+            by_role[task.role].append(task)
+        frozen = {role: tuple(tasks) for role, tasks in by_role.items()}
+        endpoints = {role: [str(t.endpoint) for t in tasks] for role, tasks in frozen.items()}
+        cluster = {
+            _tf_type(role): endpoints[role]
+            for role in (Role.CHIEF, Role.WORKER, Role.SERVER)
+            if endpoints[role]
+        }
+        set_ = object.__setattr__  # frozen: derived fields are set once, here
+        set_(self, "by_role", frozen)
+        set_(self, "joined", {role: ",".join(e) for role, e in endpoints.items()})
+        set_(self, "node_counts", {r: len({t.node_rank for t in ts}) for r, ts in frozen.items()})
+        set_(self, "tf_cluster", json.dumps(cluster, separators=(",", ":")))
+
+    def of_role(self, role: Role) -> tuple[PlacedTask, ...]:
+        return self.by_role[role]
 
     def endpoints(self, role: Role) -> list[str]:
-        return [str(task.endpoint) for task in self.of_role(role)]
+        return [str(task.endpoint) for task in self.by_role[role]]
 
 
 def task_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
@@ -214,16 +239,17 @@ def task_argv(ctx: JobContext, task: PlacedTask, command: Sequence[str]) -> tupl
     if ctx.framework is not Framework.TF:
         return tuple(command)
     values = {
-        "{ps_hosts}": ",".join(ctx.endpoints(Role.SERVER)),
-        "{worker_hosts}": ",".join(ctx.endpoints(Role.WORKER)),
-        "{chief_hosts}": ",".join(ctx.endpoints(Role.CHIEF)),
+        "{ps_hosts}": ctx.joined[Role.SERVER],
+        "{worker_hosts}": ctx.joined[Role.WORKER],
+        "{chief_hosts}": ctx.joined[Role.CHIEF],
         "{job_name}": _tf_type(task.role),
         "{task_index}": str(task.index),
     }
     argv = []
     for arg in command:
-        for placeholder, value in values.items():
-            arg = arg.replace(placeholder, value)
+        if "{" in arg:
+            for placeholder, value in values.items():
+                arg = arg.replace(placeholder, value)
         argv.append(arg)
     return tuple(argv)
 
@@ -234,8 +260,8 @@ def _dmlc_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
         "DMLC_ROLE": task.role.value,
         "DMLC_PS_ROOT_URI": ctx.rendezvous.address,
         "DMLC_PS_ROOT_PORT": str(ctx.rendezvous.port),
-        "DMLC_NUM_WORKER": str(len(ctx.of_role(Role.WORKER))),
-        "DMLC_NUM_SERVER": str(len(ctx.of_role(Role.SERVER))),
+        "DMLC_NUM_WORKER": str(len(ctx.by_role[Role.WORKER])),
+        "DMLC_NUM_SERVER": str(len(ctx.by_role[Role.SERVER])),
         "DMLC_NODE_HOST": task.address,
     }
     if task.role is Role.SERVER:
@@ -250,13 +276,9 @@ def _tf_type(role: Role) -> str:
 
 
 def _tf_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
-    cluster: dict[str, list[str]] = {}
-    for role in (Role.CHIEF, Role.WORKER, Role.SERVER):
-        endpoints = ctx.endpoints(role)
-        if endpoints:
-            cluster[_tf_type(role)] = endpoints
-    config = {"cluster": cluster, "task": {"type": _tf_type(task.role), "index": task.index}}
-    env = {"TF_CONFIG": json.dumps(config, separators=(",", ":"))}
+    # As json.dumps({"cluster": ..., "task": ...}) writes it, with the shared part built once.
+    this = json.dumps({"type": _tf_type(task.role), "index": task.index}, separators=(",", ":"))
+    env = {"TF_CONFIG": f'{{"cluster":{ctx.tf_cluster},"task":{this}}}'}
     if task.role is Role.SERVER and not ctx.ps_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -264,19 +286,19 @@ def _tf_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
 
 def _torch_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
     assert ctx.rendezvous is not None, "torch jobs always have a master"
-    workers = ctx.of_role(Role.WORKER)
-    nodes = len({t.node_rank for t in workers})
+    workers = len(ctx.by_role[Role.WORKER])
+    nodes = ctx.node_counts[Role.WORKER]
     env = {
         "MASTER_ADDR": ctx.rendezvous.address,
         "MASTER_PORT": str(ctx.rendezvous.port),
         "RANK": str(task.index),
-        "WORLD_SIZE": str(len(workers)),
+        "WORLD_SIZE": str(workers),
         "LOCAL_RANK": str(task.local_rank),
         "LOCAL_WORLD_SIZE": str(task.local_size),
         "GROUP_RANK": str(task.node_rank),
         "GROUP_WORLD_SIZE": str(nodes),
         "ROLE_RANK": str(task.index),
-        "ROLE_WORLD_SIZE": str(len(workers)),
+        "ROLE_WORLD_SIZE": str(workers),
         "ROLE_NAME": "default",
     }
     # As torchrun does: several ranks on one host each running a full OpenMP pool thrash.
@@ -290,19 +312,19 @@ def _torch_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
 
 
 def _paddle_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
-    trainers = ctx.of_role(Role.WORKER)
-    servers = ctx.of_role(Role.SERVER)
+    trainers = ctx.by_role[Role.WORKER]
+    servers = ctx.by_role[Role.SERVER]
     assert task.endpoint is not None, "paddle tasks always have an endpoint"
     if not servers:
         env = {
             "PADDLE_TRAINER_ID": str(task.index),
             "PADDLE_TRAINERS_NUM": str(len(trainers)),
-            "PADDLE_TRAINER_ENDPOINTS": ",".join(ctx.endpoints(Role.WORKER)),
+            "PADDLE_TRAINER_ENDPOINTS": ctx.joined[Role.WORKER],
             "PADDLE_CURRENT_ENDPOINT": str(task.endpoint),
             "PADDLE_LOCAL_RANK": str(task.local_rank),
             "PADDLE_RANK_IN_NODE": str(task.local_rank),
             "PADDLE_LOCAL_SIZE": str(task.local_size),
-            "PADDLE_NNODES": str(len({t.node_rank for t in trainers})),
+            "PADDLE_NNODES": str(ctx.node_counts[Role.WORKER]),
             # The collective store lives here; without it Paddle uses the first endpoint too,
             # but says "trainer_endpoints should not be null" when given only MASTER_*.
             "PADDLE_MASTER": str(trainers[0].endpoint),
@@ -317,8 +339,8 @@ def _paddle_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
     env = {
         "TRAINING_ROLE": role,
         "PADDLE_ROLE": role,
-        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(ctx.endpoints(Role.SERVER)),
-        "PADDLE_TRAINER_ENDPOINTS": ",".join(ctx.endpoints(Role.WORKER)),
+        "PADDLE_PSERVERS_IP_PORT_LIST": ctx.joined[Role.SERVER],
+        "PADDLE_TRAINER_ENDPOINTS": ctx.joined[Role.WORKER],
         "PADDLE_TRAINERS_NUM": str(len(trainers)),
         "POD_IP": task.address,
         "PADDLE_PORT": str(task.endpoint.port),

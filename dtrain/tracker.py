@@ -181,7 +181,7 @@ def place(request: JobRequest) -> tuple[PlacedTask, ...]:
     placed: list[PlacedTask] = []
     if shape.needs_scheduler:
         where = _scheduler_host(request) or request.local_host
-        placed.append(_placed(Role.SCHEDULER, 0, where, hosts, 0, 1))
+        placed.append(_placed(Role.SCHEDULER, 0, where, _node_ranks(hosts), 0, 1))
     if shape.is_collective:
         placed += _place_collective(request, hosts)
         return tuple(placed)
@@ -215,23 +215,34 @@ def _num_workers_ps(request: JobRequest, hosts: Sequence[Host]) -> int:
 
 
 def _placed(
-    role: Role, index: int, host: Host, hosts: Sequence[Host], local_rank: int, local_size: int
+    role: Role, index: int, host: Host, ranks: Mapping[str, int], local_rank: int, local_size: int
 ) -> PlacedTask:
-    node_rank = next((i for i, h in enumerate(hosts) if h.key == host.key), 0)
     return PlacedTask(
         role=role,
         index=index,
         host=host,
-        node_rank=node_rank,
+        node_rank=ranks.get(host.key, 0),
         local_rank=local_rank,
         local_size=local_size,
     )
 
 
+def _node_ranks(hosts: Sequence[Host]) -> dict[str, int]:
+    """Each host's position among the job's hosts (the first, if a name repeats)."""
+    ranks: dict[str, int] = {}
+    for rank, host in enumerate(hosts):
+        ranks.setdefault(host.key, rank)
+    return ranks
+
+
 def slot_cycle(hosts: Sequence[Host]) -> list[Host]:
     """Hosts repeated by slots and interleaved: a(2), b(1) -> [a, b, a]."""
-    depth = max(host.slot_count for host in hosts)
-    return [host for level in range(depth) for host in hosts if host.slot_count > level]
+    levels: list[list[Host]] = []
+    for host in hosts:
+        levels.extend([] for _ in range(host.slot_count - len(levels)))
+        for level in range(host.slot_count):
+            levels[level].append(host)
+    return [host for level in levels for host in level]
 
 
 def _round_robin(
@@ -243,21 +254,23 @@ def _round_robin(
     for host in chosen:
         totals[host.key] = totals.get(host.key, 0) + 1
     seen: dict[str, int] = {}
+    ranks = _node_ranks(hosts)
     result = []
     for index, host in enumerate(chosen):
         local_rank = seen.get(host.key, 0)
         seen[host.key] = local_rank + 1
-        result.append(_placed(role, index, host, hosts, local_rank, totals[host.key]))
+        result.append(_placed(role, index, host, ranks, local_rank, totals[host.key]))
     return result
 
 
 def _place_per_gpu(count: int, hosts: Sequence[Host], gpus: Sequence[str]) -> list[PlacedTask]:
     per_host = len(gpus)
+    ranks = _node_ranks(hosts)
     result = []
     for index in range(count):
         host = hosts[index // per_host]
         local = index % per_host
-        task = _placed(Role.WORKER, index, host, hosts, local, per_host)
+        task = _placed(Role.WORKER, index, host, ranks, local, per_host)
         result.append(replace(task, gpu=gpus[local]))
     return result
 
@@ -273,7 +286,8 @@ def _capacity(request: JobRequest, host: Host) -> int:
 def _place_collective(request: JobRequest, hosts: Sequence[Host]) -> list[PlacedTask]:
     if request.is_local_only and not request.gpus and request.nproc_per_host is None:
         world = request.num_workers if request.num_workers is not None else 1
-        return [_placed(Role.WORKER, rank, hosts[0], hosts, rank, world) for rank in range(world)]
+        ranks = _node_ranks(hosts)
+        return [_placed(Role.WORKER, rank, hosts[0], ranks, rank, world) for rank in range(world)]
     capacity = sum(_capacity(request, host) for host in hosts)
     world = request.num_workers if request.num_workers is not None else capacity
     if world > capacity:
@@ -283,12 +297,13 @@ def _place_collective(request: JobRequest, hosts: Sequence[Host]) -> list[Placed
             hint="add slots=N to hosts-file lines, pass --nproc-per-host N, or lower -n",
         )
     result: list[PlacedTask] = []
+    ranks = _node_ranks(hosts)
     for host in hosts:
         take = min(_capacity(request, host), world - len(result))
         if take <= 0:
             break
         for local in range(take):
-            task = _placed(Role.WORKER, len(result), host, hosts, local, take)
+            task = _placed(Role.WORKER, len(result), host, ranks, local, take)
             if request.gpus:
                 task = replace(task, gpu=request.gpus[local])
             result.append(task)
@@ -315,13 +330,15 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
     """Turn a request and the facts looked up for it into a complete plan."""
     placed = place(request)
     shape = _shape(request)
+    where: dict[str, tuple[str, str | None]] = {}  # per host: the address, the interface
+    for t in placed:
+        if t.host.key not in where:
+            where[t.host.key] = (
+                _task_address(request, facts, t.host),
+                None if request.is_local_only else _interface_of(request, facts, t.host),
+            )
     addressed = [
-        replace(
-            t,
-            address=_task_address(request, facts, t.host),
-            interface=None if request.is_local_only else _interface_of(request, facts, t.host),
-        )
-        for t in placed
+        replace(t, address=where[t.host.key][0], interface=where[t.host.key][1]) for t in placed
     ]
     _check_no_loopback(request, addressed)
     addressed = _assign_endpoints(request, facts, addressed, shape)

@@ -267,3 +267,43 @@ def test_forwarding_is_framework_specific_and_narrow() -> None:
 )
 def test_framework_plans_match_golden_files(name: str, fields: dict[str, Any]) -> None:
     assert_golden(name, plan(hosts=hosts("h1\nh2\n"), **fields).to_dict())
+
+
+# ---- scale ----------------------------------------------------------------------------------
+
+
+class CountedTuple(tuple[Any, ...]):
+    """A tuple that counts how often it is walked: planning must walk the job a fixed number
+    of times, not once per task (8000 tasks took 11 s that way)."""
+
+    walks = 0
+
+    def __iter__(self) -> Any:
+        CountedTuple.walks += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"num_workers": 150, "num_servers": 150},
+        {"framework": Framework.TF, "num_workers": 150, "num_servers": 150, "chief": True},
+        {"framework": Framework.TORCH, "num_workers": 300},
+        {"framework": Framework.PADDLE, "num_workers": 300},
+        {"framework": Framework.PADDLE, "num_workers": 150, "num_servers": 150},
+    ],
+)
+def test_planning_walks_the_tasks_and_hosts_a_fixed_number_of_times(
+    fields: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = frameworks.JobContext
+
+    def counted(**kwargs: Any) -> frameworks.JobContext:
+        return real(**{**kwargs, "tasks": CountedTuple(kwargs["tasks"])})
+
+    monkeypatch.setattr(frameworks, "JobContext", counted)
+    many = CountedTuple(hosts("".join(f"h{i} slots=10\n" for i in range(30))))
+    CountedTuple.walks = 0
+    p = plan(hosts=many, **fields)
+    assert len(p.tasks) >= 300
+    assert CountedTuple.walks <= 20
