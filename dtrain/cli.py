@@ -477,6 +477,7 @@ def launch(
         nproc_per_host=nproc_per_host,
         gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else (),
         ps_gpus=ps_gpus,
+        local_cores=len(os.sched_getaffinity(0)),
     )
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     job_id = new_job_id()

@@ -26,6 +26,7 @@ from dtrain.hosts import Host, is_loopback
 from dtrain.plan import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
 
 ENV_HINT = "write --env KEY=VALUE, or --env KEY to pass KEY from this shell"
+TASKS_PER_CORE = 4  # more local tasks than this per core earn a note, never a refusal
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class JobRequest:
     nproc_per_host: int | None = None
     gpus: tuple[str, ...] = ()
     ps_gpus: bool = False
+    local_cores: int | None = None  # this machine's usable CPU cores, when the caller knows
 
     @property
     def is_local_only(self) -> bool:
@@ -421,6 +423,14 @@ def _notes(request: JobRequest, specs: Sequence[TaskSpec]) -> tuple[str, ...]:
         notes.append(
             "OMP_NUM_THREADS=1 for every rank (several ranks share each host), as torchrun "
             "does; set it yourself to tune"
+        )
+    cores = request.local_cores
+    local = sum(1 for t in specs if t.host.is_local)
+    if cores and local > TASKS_PER_CORE * cores:
+        notes.append(
+            f"{local} tasks share this machine's {cores} CPU core{'s' if cores != 1 else ''} "
+            f"(more than {TASKS_PER_CORE} per core): they will start, but compete for CPU; "
+            "spread them over machines with -H, or lower -n/-s"
         )
     return tuple(notes)
 

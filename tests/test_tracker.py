@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -326,3 +327,36 @@ def test_hosts_that_are_all_this_machine_plan_a_job_on_loopback(text: str) -> No
     here = {key: replace(f, address="127.0.0.1") for key, f in facts.hosts.items()}
     p = tracker.plan_job(request, tracker.Facts(job_id="J", hosts=here))
     assert {t.address for t in p.tasks} == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "cores", "noted"),
+    [
+        ({"num_workers": 4, "num_servers": 3}, 2, False),  # 8 tasks on 2 cores: fine
+        ({"num_workers": 8, "num_servers": 8}, 2, True),  # 17 > 4 per core
+        ({"num_workers": 8, "num_servers": 8}, None, False),  # cores unknown
+        ({"framework": Framework.TORCH, "num_workers": 9}, 2, True),
+        ({"framework": Framework.TORCH, "num_workers": 8}, 2, False),
+        ({"num_workers": 40, "num_servers": 0, "hosts": hosts("a\nb\n")}, 1, False),  # remote
+    ],
+)
+def test_many_more_local_tasks_than_cores_is_a_note_not_a_refusal(
+    fields: dict[str, Any], cores: int | None, noted: bool
+) -> None:
+    p = plan(local_cores=cores, **fields)
+    notes = [n for n in p.notes if "CPU core" in n]
+    assert bool(notes) is noted
+    if noted:
+        count = sum(1 for t in p.tasks if t.host.is_local)
+        assert notes[0].startswith(f"{count} tasks share this machine's {cores} CPU cores")
+
+
+def test_a_dry_run_of_many_local_tasks_notes_the_cores_and_plans_them_all(tmp_path: Path) -> None:
+    from tests.conftest import run_dtrain
+
+    cores = len(os.sched_getaffinity(0))
+    n = 4 * cores + 1
+    result = run_dtrain(["launch", "--dry-run", "-n", str(n), "-s", "0", "--", "x"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"note: {n + 1} tasks share this machine's {cores} CPU core" in result.stdout
+    assert f"worker.{n - 1} " in result.stdout
