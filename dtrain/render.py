@@ -24,8 +24,8 @@ class LinePrefixer:
 
     Complete lines are prefixed as they come. A partial line is shown once its stream has been
     idle `idle_s` (the caller passes the time in and calls `idle`); the rest of that line then
-    follows as a line of its own, and a bare newline after it adds nothing. A `\r` update
-    (progress bars) shows what follows the last `\r`, at most one update per `update_s`.
+    follows as a line of its own, and a bare newline after it adds nothing. A `\\r` update
+    (progress bars) shows what follows the last `\\r`, at most one update per `update_s`.
     """
 
     def __init__(self, prefix: bytes, idle_s: float = 0.2, update_s: float = 0.25) -> None:
@@ -44,7 +44,7 @@ class LinePrefixer:
         """The pieces to write in order (`os.writev`) for `data`, which arrived at `now`.
 
         Task output runs to hundreds of MB/s: a chunk of plain lines costs a `find` for
-        `\r`, one `replace` and no other copy; only lines holding `\r` are split.
+        `\\r`, one `replace` and no other copy; only lines holding `\\r` are split.
         """
         self.last_byte_at = now
         if self.tail:
@@ -120,7 +120,7 @@ class LinePrefixer:
 
 
 def last_segment(line: bytes) -> bytes:
-    """What a terminal shows last of a line holding `\r`: its last non-empty segment."""
+    """What a terminal shows last of a line holding `\\r`: its last non-empty segment."""
     line = line.rstrip(b"\r")
     return line[line.rfind(b"\r") + 1 :]
 

@@ -1,4 +1,4 @@
-"""What the console shows of real tasks' output: partial lines, `\r` updates, huge lines."""
+"""What the console shows of real tasks' output: partial lines, `\\r` updates, huge lines."""
 
 from __future__ import annotations
 

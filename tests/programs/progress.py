@@ -1,4 +1,4 @@
-"""Write what progress bars write: a partial line, then `\r` updates, then a burst of them.
+"""Write what progress bars write: a partial line, then `\\r` updates, then a burst of them.
 
 argv: a path. The partial line and each shown update wait (bounded) for `PATH.N` to exist,
 which the test creates once it has seen that output on dtrain's console.
