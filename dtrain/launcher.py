@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dtrain import joblog, sync, tracker
+from dtrain import joblog, parity, sync, tracker
 from dtrain.agents import (
     AgentSession,
     Event,
@@ -394,11 +394,9 @@ class Launch:
             )
 
     def _preflight(self, sessions: Mapping[str, AgentSession]) -> None:
-        """doctor's quick subset (stale processes, scheduler reachable from every host) before
-        anything is copied or started; only for jobs that reach other machines."""
+        """doctor's quick subset (stale processes, the scheduler's port free on its host and
+        reachable from every other) before anything is copied or started; this machine too."""
         assert self.plan is not None
-        if all(s.host.is_local for s in sessions.values()):
-            return
         from dtrain import checks  # checks builds on this module
         from dtrain.diagnosis import Status
 
@@ -453,6 +451,7 @@ class Launch:
                     "argv": list(task.argv),
                     "env": dict(task.env),
                     "cwd": task.workdir,
+                    "script": parity.python_script_of(task.argv),
                 }
             )
         run_on_all(

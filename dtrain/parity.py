@@ -108,6 +108,14 @@ def is_python(program: str) -> bool:
     return name.startswith(("python", "pypy"))
 
 
+def python_script_of(command: Sequence[str]) -> str | None:
+    """The script a Python command runs (`train.py` in `python -u train.py`), else None.
+
+    Only for Python, where a missing script is certain to fail: launch refuses it up front.
+    """
+    return script_of(command) if command and is_python(command[0]) else None
+
+
 def script_of(command: Sequence[str]) -> str | None:
     """The file a command runs, as written in it: `train.py` in `python -u train.py --lr 1`.
 

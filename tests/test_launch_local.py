@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -487,3 +488,31 @@ def test_a_reader_that_goes_away_silences_output_but_not_the_job(workdir: Path) 
     assert result.stdout.startswith("[worker.0] 00000000 ")
     lines = (log_dir_of(workdir) / "worker.0.log").read_text().splitlines()
     assert len(lines) == int(5 * 1024 * 1024 / 100)  # the log has everything
+
+
+def test_missing_python_script_here_starts_nothing_and_exits_3(workdir: Path) -> None:
+    result = run_dtrain(["launch", "-n", "1", "--", PYTHON, "nosuch.py"], workdir)
+    assert result.returncode == 3, result.stderr
+    assert "nosuch.py: no such file in" in result.stderr
+    assert "nothing was started" in result.stderr
+    assert not (workdir / "dtrain-logs").exists()
+
+
+def test_a_directory_as_the_command_says_it_is_a_directory(workdir: Path) -> None:
+    result = run_dtrain(["launch", "-n", "1", "--", str(workdir)], workdir)
+    assert result.returncode == 3, result.stderr
+    assert f"{workdir} is a directory, not a program" in result.stderr
+
+
+def test_a_taken_port_here_fails_the_preflight_before_any_task_starts(workdir: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = run_dtrain(
+            ["launch", "-n", "1", "--port", str(port), "--", PYTHON, BY_TASK], workdir
+        )
+    assert result.returncode == 3, result.stderr
+    assert f"port {port} is in use" in result.stderr
+    assert "nothing was started" in result.stderr
+    assert not (workdir / "dtrain-logs").exists()

@@ -105,6 +105,7 @@ class Task:
         self.argv = spec["argv"]
         self.env = spec["env"]
         self.cwd = spec["cwd"]
+        self.script = spec.get("script")  # the file a python command runs, if it names one
         self.proc = None
         self.pgid = None
         self.start_ticks = 0  # when it started, in clock ticks since boot
@@ -620,6 +621,11 @@ def check_runnable(task):
     program = task.argv[0] if task.argv else ""
     if "/" in program:
         path = os.path.join(task.cwd, program)
+        if os.path.isdir(path):
+            return (
+                "%s is a directory, not a program" % program,
+                "name the program to run in it, e.g. -- python %s/train.py" % program.rstrip("/"),
+            )
         if not os.path.isfile(path):
             return ("%s: no such file" % program, "check the path; it is resolved in --workdir")
         if not os.access(path, os.X_OK):
@@ -627,12 +633,18 @@ def check_runnable(task):
                 "%s: not executable" % program,
                 "chmod +x it, or run it through its interpreter",
             )
-        return None
-    env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
-    if shutil.which(program, path=env_path) is None:
+    else:
+        env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
+        if shutil.which(program, path=env_path) is None:
+            return (
+                "command not found: %s (PATH=%s)" % (program, env_path),
+                "install it on this host, or give its absolute path in the command",
+            )
+    if task.script and not os.path.exists(os.path.join(task.cwd, task.script)):
         return (
-            "command not found: %s (PATH=%s)" % (program, env_path),
-            "install it on this host, or give its absolute path in the command",
+            "%s: no such file in %s" % (task.script, task.cwd),
+            "check the script's path (it is resolved in the task's working directory), "
+            "or copy it there with --sync-dst-dir",
         )
     return None
 
