@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import secrets
 import shlex
@@ -47,6 +48,20 @@ class JsonFailure(Exception):
 
 
 # ---- shared option bundles ----------------------------------------------------------------
+
+DAY_S = 86400.0
+
+
+class Seconds(click.FloatRange):
+    """A duration in seconds: finite (nan and inf are not durations) and within its range."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
 
 
 def remote_python_option(func: F) -> F:
@@ -88,7 +103,7 @@ def ssh_options(func: F) -> F:
             ),
             click.option(
                 "--connect-timeout",
-                type=click.FloatRange(min=0.1),
+                type=Seconds(min=0.1, max=DAY_S),
                 help="Seconds to wait for each host's ssh connection "
                 "(default: ConnectTimeout from ssh config, else 10).",
             ),
@@ -352,15 +367,15 @@ ROLE_ENV_FLAGS = {
 @log_dir_option("Per-task logs and job.json go to LOG_DIR/<job-id>/ (mode 0700).")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0, max=DAY_S),
     default=5.0,
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL when stopping tasks.",
 )
-@click.option("--timeout", type=click.FloatRange(min=0.1), help="Job deadline in seconds.")
+@click.option("--timeout", type=Seconds(min=0.1, max=365 * DAY_S), help="Job deadline in seconds.")
 @click.option(
     "--traceback-timeout",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0, max=DAY_S),
     default=10.0,
     show_default=True,
     help="A task that printed an unhandled Python traceback and then sits idle this long "
@@ -368,7 +383,7 @@ ROLE_ENV_FLAGS = {
 )
 @click.option(
     "--heartbeat-timeout",
-    type=click.FloatRange(min=2),
+    type=Seconds(min=2, max=DAY_S),
     default=15.0,
     show_default=True,
     help="A host silent this long is lost; its tasks stop themselves after the same time.",
@@ -625,7 +640,7 @@ def ps_command(
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0, max=DAY_S),
     default=5.0,
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",

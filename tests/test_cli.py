@@ -145,3 +145,24 @@ def test_a_dry_run_on_a_hosts_file_of_only_this_machine_plans_a_job_here(
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)["data"]["plan"]
     assert all(t["address"] in ("127.0.0.1", "::ffff:127.0.0.1") for t in plan["tasks"])
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["launch", "--timeout", "nan", "--", "true"], "--timeout"),
+        (["launch", "--grace", "nan", "--", "true"], "--grace"),
+        (["launch", "--grace", "inf", "--", "true"], "--grace"),
+        (["launch", "--traceback-timeout", "nan", "--", "true"], "--traceback-timeout"),
+        (["launch", "--heartbeat-timeout", "nan", "--", "true"], "--heartbeat-timeout"),
+        (["launch", "--connect-timeout", "nan", "--", "true"], "--connect-timeout"),
+        (["ps", "--connect-timeout", "inf"], "--connect-timeout"),
+        (["kill", "--grace", "nan"], "--grace"),
+        (["doctor", "--connect-timeout", "nan"], "--connect-timeout"),
+    ],
+)
+def test_durations_that_are_not_finite_numbers_are_usage_errors(args: list[str], flag: str) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert f"'{flag}'" in result.output
+    assert "Traceback" not in result.output
