@@ -490,7 +490,7 @@ def launch(
         sync_dst=sync_dst_dir,
         chief=chief,
         nproc_per_host=nproc_per_host,
-        gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()) if gpus else (),
+        gpus=tuple(g.strip() for g in gpus.split(",")) if gpus is not None else (),
         ps_gpus=ps_gpus,
         local_cores=len(os.sched_getaffinity(0)),
     )

@@ -16,6 +16,7 @@ Pure: facts about the world (addresses, free ports, the job id) come in through 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -25,6 +26,8 @@ from dtrain.errors import DtrainError, UsageError
 from dtrain.hosts import Host, is_loopback
 from dtrain.plan import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
 
+# What CUDA_VISIBLE_DEVICES accepts: an index, or a GPU/MIG UUID (a prefix of one is enough).
+GPU_ID = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
 ENV_HINT = "write --env KEY=VALUE, or --env KEY to pass KEY from this shell"
 TASKS_PER_CORE = 4  # more local tasks than this per core earn a note, never a refusal
 
@@ -124,6 +127,14 @@ def validate(request: JobRequest) -> None:
         )
     if request.chief and fw is not Framework.TF:
         raise UsageError("--chief is for TensorFlow jobs", hint="add --framework tf")
+    if request.ps_gpus and fw is not Framework.TF:
+        raise UsageError("--ps-gpus is for TensorFlow jobs", hint="add --framework tf")
+    for gpu in request.gpus:
+        if not GPU_ID.fullmatch(gpu):
+            raise UsageError(
+                f'--gpus "{",".join(request.gpus)}": "{gpu}" is not a GPU index or UUID',
+                hint="list GPUs as CUDA_VISIBLE_DEVICES does: --gpus 0,1 or --gpus GPU-8c1f...",
+            )
     if request.scheduler_host is not None:
         if fw is not Framework.DMLC:
             raise UsageError(f"--scheduler-host is for dmlc jobs; {fw.value} jobs have none")

@@ -225,6 +225,10 @@ def test_env_flags_take_values_or_pass_the_shells() -> None:
         ({"host_ip": "node1"}, '--host-ip "node1" is not an IP address'),
         ({"nproc_per_host": 2}, "--nproc-per-host is for collective jobs"),
         ({"gpus": ("0", "0")}, "--gpus lists a GPU twice"),
+        ({"ps_gpus": True}, "--ps-gpus is for TensorFlow jobs"),
+        ({"gpus": ("junk",)}, '"junk" is not a GPU index or UUID'),
+        ({"gpus": ("a b",)}, '"a b" is not a GPU index or UUID'),
+        ({"gpus": ("", "")}, '"" is not a GPU index or UUID'),
     ],
 )
 def test_impossible_requests_are_usage_errors(fields: dict[str, Any], message: str) -> None:
