@@ -502,7 +502,8 @@ def launch(
         note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
         if unresolved:
             note += (
-                f"\nnote: {', '.join(unresolved)} do not resolve from here: shown by name; "
+                f"\nnote: {', '.join(unresolved)} "
+                f"{'does' if len(unresolved) == 1 else 'do'} not resolve from here: shown by name; "
                 "a launch uses the address ssh reaches each at"
             )
         if as_json:
