@@ -27,8 +27,8 @@ def _timed(step: Any) -> tuple[float, float, Any]:
 
 def per_connection(hosts: Sequence[str], ssh_config: Path, reps: int) -> dict[str, Any]:
     """Median wall and CPU of each step against the first host, and parallel connects."""
-    from dtrain.hosts import Host
-    from dtrain.transport import SshOptions, agent_payload
+    from dtrain.plan.hosts import Host
+    from dtrain.transport.bootstrap import SshOptions, agent_payload
 
     agent_payload()  # compressed once per process; not a per-host cost
     options = SshOptions(config_file=str(ssh_config))
@@ -66,8 +66,8 @@ def _one_round(
     and runs the agent under /usr/bin/python3 instead of `python3` from the login PATH (which
     with pyenv is a shim that runs `pyenv exec`).
     """
-    from dtrain.agents import AgentSession, Event
-    from dtrain.ssh import SshTransport
+    from dtrain.agents.session import AgentSession, Event
+    from dtrain.transport.ssh import SshTransport
 
     transport = SshTransport(options)
     try:
@@ -114,8 +114,8 @@ def _one_round(
 
 def parallel_connects(hosts: Sequence[str], options: Any, reps: int) -> dict[int, dict[str, float]]:
     """Connect+auth to 1, 2, 4... hosts at once with dtrain's bounded pool: wall and CPU."""
-    from dtrain.hosts import Host
-    from dtrain.ssh import SshTransport
+    from dtrain.plan.hosts import Host
+    from dtrain.transport.ssh import SshTransport
 
     counts = sorted({n for n in (1, 2, 4, 8, 16, 32, len(hosts)) if n <= len(hosts)})
     found: dict[int, dict[str, float]] = {}

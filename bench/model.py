@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-DTRAIN_POOL_WIDTH = 32  # dtrain/ssh.py MAX_PARALLEL_CONNECTS
+DTRAIN_POOL_WIDTH = 32  # dtrain/transport/ssh.py MAX_PARALLEL_CONNECTS
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ import argparse
 import time
 from collections.abc import Callable, Sequence
 
-from dtrain import render, tracker
-from dtrain.hosts import Host, local_host
-from dtrain.plan import Framework
+from dtrain import render
+from dtrain.plan import planner
+from dtrain.plan.hosts import Host, local_host
+from dtrain.plan.spec import Framework
 
 SIZES = (1000, 10000, 100000)
 HOSTS = 1000
@@ -25,11 +26,11 @@ SLOTS = 100
 MAX_TF_TASKS = 2000
 
 
-def _facts(hosts: Sequence[Host], ports: int) -> tracker.Facts:
-    return tracker.Facts(
+def _facts(hosts: Sequence[Host], ports: int) -> planner.Facts:
+    return planner.Facts(
         job_id="20261123-000000-bench",
         hosts={
-            host.name: tracker.HostFacts(
+            host.name: planner.HostFacts(
                 address=f"10.{i // 250}.{i % 250}.{1 if host.is_local else 2}",
                 interfaces={"eth0": f"10.{i // 250}.{i % 250}.{1 if host.is_local else 2}"},
                 free_ports=tuple(range(20000, 20000 + ports)),
@@ -39,19 +40,19 @@ def _facts(hosts: Sequence[Host], ports: int) -> tracker.Facts:
     )
 
 
-def request(kind: str, tasks: int) -> tuple[tracker.JobRequest, tracker.Facts]:
+def request(kind: str, tasks: int) -> tuple[planner.JobRequest, planner.Facts]:
     """A job of about `tasks` tasks of one kind, and the facts a launch would have found."""
     here = local_host("launcher")
     hosts = tuple(Host(name=f"node{i}", slots=SLOTS) for i in range(HOSTS))
     command = ("python3", "train.py")
     if kind == "dmlc-local":
         half = tasks // 2
-        req = tracker.JobRequest(command, here, num_workers=half, num_servers=half)
+        req = planner.JobRequest(command, here, num_workers=half, num_servers=half)
         return req, _facts((here,), 1)
     framework = Framework.parse(kind.split("-")[0])
     servers = tasks // 10 if kind in ("dmlc", "tf", "paddle-ps") else None
     workers = tasks - (servers or 0)
-    req = tracker.JobRequest(
+    req = planner.JobRequest(
         command if framework is not Framework.TF else (*command, "--ps_hosts={ps_hosts}"),
         here,
         framework=framework,
@@ -72,8 +73,8 @@ def timed(action: Callable[[], object]) -> float:
 def measure(kind: str, tasks: int) -> tuple[float, float]:
     """Seconds to plan, and to plan and render the dry run's text."""
     req, facts = request(kind, tasks)
-    plan_s = timed(lambda: tracker.plan_job(req, facts))
-    text_s = timed(lambda: render.plan_text(tracker.plan_job(req, facts)))
+    plan_s = timed(lambda: planner.plan_job(req, facts))
+    text_s = timed(lambda: render.plan_text(planner.plan_job(req, facts)))
     return plan_s, text_s
 
 

@@ -75,8 +75,8 @@ def sampled(
 # The launcher's threads, by the function their stacks run under.
 THREAD_ROLES = (
     ("Transport.run (paramiko/transport.py)", "paramiko transport threads"),
-    ("AgentSession._read_loop (dtrain/agents.py)", "agent reader threads"),
-    ("Heartbeat._run (dtrain/agents.py)", "heartbeat thread"),
+    ("AgentSession._read_loop (dtrain/agents/session.py)", "agent reader threads"),
+    ("Heartbeat._run (dtrain/agents/session.py)", "heartbeat thread"),
     ("Thread._bootstrap (threading.py)", "other threads"),
 )
 

@@ -466,13 +466,13 @@ class Report:
                 f"{secs(a['agent_s'])} under it and {secs(a['agent_tuned_s'])} under "
                 "`/usr/bin/python3`. dtrain's default `--remote-python auto` therefore tries "
                 "`/usr/bin/python3` and `/usr/local/bin/python3` before the login PATH "
-                "(`dtrain/transport.py`, `remote_command()`); the agent needs only a "
+                "(`dtrain/transport/bootstrap.py`, `remote_command()`); the agent needs only a "
                 "standard-library Python >= 3.6, and tasks keep the user's own python. What "
                 "is left is one Python interpreter per host that pdsh does not start."
             )
         local = select(self.records, scenario="local-overhead")
         cli = med(select(local, launcher="import dtrain.cli"), "wall_s")
-        needed = med(select(local, launcher="import dtrain.launcher"), "wall_s")
+        needed = med(select(local, launcher="import dtrain.launch.lifecycle"), "wall_s")
         paramiko = med(select(local, launcher="import paramiko"), "wall_s")
         python = med(select(local, launcher="venv python"), "wall_s")
         if cli is not None and needed is not None and python is not None:
@@ -509,8 +509,8 @@ class Report:
             )
         items += self.throughput_analysis()
         items.append(
-            "- **Steps that wait for the slowest host** (`dtrain/launcher.py`): each host's "
-            "agent starts in the connect pool job as soon as that host is connected "
+            "- **Steps that wait for the slowest host** (`dtrain/launch/lifecycle.py`): each "
+            "host's agent starts in the connect pool job as soon as that host is connected "
             "(`SshTransport.try_connect_all(then=...)`), but the hello that gathers addresses "
             "and ports, the task check and the start request are each one round trip that "
             "waits for every host: the plan needs every host's address before any task can "
@@ -520,8 +520,8 @@ class Report:
         return [*out, *items, ""]
 
     def unneeded_imports(self) -> list[str]:
-        """The biggest modules `import dtrain.cli` loads that `click, dtrain.launcher` does not,
-        as text: each direct import with the costliest module it pulls in."""
+        """The biggest modules `import dtrain.cli` loads that `click, dtrain.launch.lifecycle`
+        does not, as text: each direct import with the costliest module it pulls in."""
         record = next(iter(select(self.records, scenario="imports")), None)
         if record is None:
             return []
@@ -1085,8 +1085,9 @@ class Report:
                 "bare": "`/usr/bin/python3 -S -c pass` (the bare command)",
                 "venv python": "the venv's `python -c pass` (interpreter and site)",
                 "import dtrain.cli": "`python -c 'import dtrain.cli'` (what `dtrain` imports)",
-                "import dtrain.launcher": "`python -c 'import click, dtrain.launcher'` "
-                "(what launch needs)",
+                "import dtrain.launch.lifecycle": (
+                    "`python -c 'import click, dtrain.launch.lifecycle'` (what launch needs)"
+                ),
                 "import paramiko": "`python -c 'import paramiko'` (remote jobs only)",
                 "dtrain --version": "`dtrain --version`",
                 "dtrain launch": "`dtrain launch -n 1 -s 0 --framework torch -- <bare command>`",
@@ -1156,7 +1157,8 @@ class Report:
         c: model.Costs = fitted["costs"]
         cal = fitted["calibration"]
         out += [
-            "How dtrain fans out (dtrain/ssh.py, dtrain/launcher.py, dtrain/agents.py): one "
+            "How dtrain fans out (dtrain/transport/ssh.py, dtrain/launch/lifecycle.py, "
+            "dtrain/agents/session.py): one "
             "paramiko connection per host, opened by a pool of `MAX_PARALLEL_CONNECTS` = "
             f"{model.DTRAIN_POOL_WIDTH} threads, each of which opens that host's agent channel "
             "and sends the agent as soon as its connection is up; every request (hello, launch, "
@@ -1334,7 +1336,7 @@ class Report:
             "host per request while it is in flight) and open files ≈ "
             f"{fds_256:.0f} at 256×4 (one socket per host, one log file per task): above the "
             "common default soft limit of 1024 (`ulimit -n`), so dtrain raises its soft limit "
-            "to the hard limit at start (`dtrain/transport.py`, `raise_open_file_limit`)."
+            "to the hard limit at start (`dtrain/transport/bootstrap.py`, `raise_open_file_limit`)."
         )
 
     def method(self) -> list[str]:

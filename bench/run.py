@@ -321,7 +321,7 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
         "bare": bare,
         "venv python": (python, "-c", "pass"),
         "import dtrain.cli": (python, "-c", "import dtrain.cli"),
-        "import dtrain.launcher": (python, "-c", "import click, dtrain.launcher"),
+        "import dtrain.launch.lifecycle": (python, "-c", "import click, dtrain.launch.lifecycle"),
         "import paramiko": (python, "-c", "import paramiko"),
         "dtrain --version": (dtrain, "--version"),
         "dtrain launch": (
@@ -348,7 +348,7 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
         {
             "scenario": "imports",
             "cli": import_times("import dtrain.cli"),
-            "launch": import_times("import click, dtrain.launcher"),
+            "launch": import_times("import click, dtrain.launch.lifecycle"),
             "ok": True,
         }
     )

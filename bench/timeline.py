@@ -32,10 +32,11 @@ def main() -> None:
 
     mark("import dtrain (click, dtrain.cli)", started, time.time())
     started = time.time()
-    import dtrain.ssh
+    import dtrain.transport.ssh
 
-    mark("import paramiko (dtrain.ssh)", started, time.time())
-    from dtrain import launcher, supervise, tracker
+    mark("import paramiko (dtrain.transport.ssh)", started, time.time())
+    from dtrain.launch import lifecycle, supervise
+    from dtrain.plan import planner
 
     def wrap(owner: Any, attr: str, name: Namer) -> None:
         original = getattr(owner, attr)
@@ -51,14 +52,16 @@ def main() -> None:
         setattr(owner, attr, timed)
 
     wrap(
-        dtrain.ssh.SshTransport, "try_connect_all", "ssh connect+auth and agents, all hosts (pool)"
+        dtrain.transport.ssh.SshTransport,
+        "try_connect_all",
+        "ssh connect+auth and agents, all hosts (pool)",
     )
-    wrap(launcher.Hosts, "open", "connect + open agent channels")
-    wrap(launcher, "gather_facts", "agents boot and answer hello")
-    wrap(tracker, "plan_job", "plan")
-    wrap(launcher.Launch, "_prepare_log_dir", "log dir")
-    wrap(launcher.Launch, "_hand_out_tasks", "launch request (check tasks)")
-    wrap(launcher, "run_on_all", lambda args: f"request {args[1]!r} on all hosts")
+    wrap(lifecycle.Hosts, "open", "connect + open agent channels")
+    wrap(lifecycle, "gather_facts", "agents boot and answer hello")
+    wrap(planner, "plan_job", "plan")
+    wrap(lifecycle.Launch, "_prepare_log_dir", "log dir")
+    wrap(lifecycle.Launch, "_hand_out_tasks", "launch request (check tasks)")
+    wrap(lifecycle, "run_on_all", lambda args: f"request {args[1]!r} on all hosts")
     wrap(supervise.Supervisor, "run", "supervise until every task ended")
     atexit.register(lambda: out.write_text(json.dumps({"t0": T0, "events": events})))
     dtrain.cli.main(argv)

@@ -23,16 +23,18 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import click
 
-from dtrain import __version__, joblog, render, tracker
+from dtrain import __version__, render
 from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
-from dtrain.hosts import Host, local_host, parse_hosts
-from dtrain.launcher import Launch, LaunchOptions, dry_run_facts
-from dtrain.plan import Framework, JobPlan, Role, TaskSpec
-from dtrain.sync import DEFAULT_EXCLUDES
-from dtrain.transport import SshOptions, local_hostname
+from dtrain.launch import joblog
+from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts
+from dtrain.launch.sync import DEFAULT_EXCLUDES
+from dtrain.plan import planner
+from dtrain.plan.hosts import Host, local_host, parse_hosts
+from dtrain.plan.spec import Framework, JobPlan, Role, TaskSpec
+from dtrain.transport.bootstrap import SshOptions, local_hostname
 
 if TYPE_CHECKING:
-    from dtrain import hostprocs
+    from dtrain.processes import results
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -201,7 +203,7 @@ def make_ssh_options(
 
 
 def new_job_id() -> str:
-    return tracker.make_job_id(datetime.now(), secrets.token_hex(2))
+    return planner.make_job_id(datetime.now(), secrets.token_hex(2))
 
 
 # ---- console --------------------------------------------------------------------------------
@@ -409,7 +411,7 @@ ROLE_ENV_FLAGS = {
 @click.option(
     "--no-preflight",
     is_flag=True,
-    help="Skip the quick checks (stale processes, scheduler reachable from every host) "
+    help="Skip the quick gather (stale processes, scheduler reachable from every host) "
     "that run before anything starts on other machines.",
 )
 @json_option
@@ -464,7 +466,7 @@ def launch(
     """
     shell_env = dict(os.environ)
     role_env = {
-        role: tracker.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
+        role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
         for role, items in (
             (Role.SCHEDULER, env_scheduler),
             (Role.SERVER, env_server),
@@ -472,7 +474,7 @@ def launch(
         )
         if items
     }
-    request = tracker.JobRequest(
+    request = planner.JobRequest(
         command=command,
         local_host=local_host(local_hostname()),
         framework=Framework.parse(framework),
@@ -483,7 +485,7 @@ def launch(
         host_ip=host_ip,
         interface=interface,
         port=port,
-        env=tracker.parse_env_assignments(env_all, shell_env, "--env"),
+        env=planner.parse_env_assignments(env_all, shell_env, "--env"),
         role_env=role_env,
         shell_env=shell_env,
         workdir=str((workdir or Path.cwd()).absolute()),
@@ -498,7 +500,7 @@ def launch(
     job_id = new_job_id()
     if dry_run:
         facts, unresolved = dry_run_facts(request, job_id, ssh)
-        plan = tracker.plan_job(request, facts)
+        plan = planner.plan_job(request, facts)
         note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
         if unresolved:
             note += (
@@ -574,7 +576,7 @@ def job_option(func: F) -> F:
 
 
 def finish_sweep(
-    command: str, as_json: bool, outcome: hostprocs.Outcome, text: str, data: object
+    command: str, as_json: bool, outcome: results.Outcome, text: str, data: object
 ) -> None:
     """Print a ps/kill report (text, or one JSON document); exit non-zero unless all went well."""
     if as_json:
@@ -625,12 +627,15 @@ def ps_command(
       dtrain ps -H hosts --job 20261122-143005-3fa2 --json
     """
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    from dtrain import cleanup, hostprocs  # only ps/kill/doctor need them: launch starts faster
+    from dtrain.processes import (
+        results,
+        sweep,  # only ps/kill/doctor need them: launch starts faster
+    )
 
     root = joblog.check_root(log_dir)
-    scans = list(cleanup.scan(read_hosts(hostfile), ssh, job, remote_python=remote_python).values())
+    scans = list(sweep.scan(read_hosts(hostfile), ssh, job, remote_python=remote_python).values())
     dead = joblog.dead_launcher_jobs(root, local_hostname(), job)
-    outcome = hostprocs.scan_outcome(scans)
+    outcome = results.scan_outcome(scans)
     text, data = render.ps_text(scans, dead), render.ps_data(scans, job, dead)
     finish_sweep("ps", as_json, outcome, text, data)
 
@@ -664,7 +669,7 @@ def kill_command(
     """Stop what jobs left behind, or a running job, on every host at once.
 
     Stops the job processes `dtrain ps` lists (yours only, found by environment, never by
-    name): SIGTERM to each process group, SIGKILL to what is left after --grace, then checks
+    name): SIGTERM to each process group, SIGKILL to what is left after --grace, then gather
     that nothing is left. A running `dtrain launch` whose tasks are stopped this way fails,
     saying they were killed from outside. Without -H, this machine. Exits 0 only when every
     host was reached and nothing is left (with --dry-run: when every host answered).
@@ -675,11 +680,11 @@ def kill_command(
       dtrain kill -H hosts --job 20261122-143005-3fa2
       dtrain kill --dry-run
     """
-    from dtrain import cleanup, hostprocs
+    from dtrain.processes import results, sweep
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     kills = list(
-        cleanup.kill(
+        sweep.kill(
             read_hosts(hostfile),
             ssh,
             job,
@@ -688,7 +693,7 @@ def kill_command(
             remote_python=remote_python,
         ).values()
     )
-    outcome = hostprocs.kill_outcome(kills)
+    outcome = results.kill_outcome(kills)
     data = render.kill_data(kills, job, grace, dry_run)
     finish_sweep("kill", as_json, outcome, render.kill_text(kills), data)
 
@@ -749,9 +754,9 @@ def doctor(
       dtrain doctor -H hosts -- python train.py --kv-store dist_sync
       dtrain doctor -H hosts --port 9091 --sync-dst-dir /data/job --json -- python train.py
     """
-    from dtrain import checks
+    from dtrain.doctor import gather
 
-    request = checks.DoctorRequest(
+    request = gather.DoctorRequest(
         hosts=read_hosts(hostfile),
         command=command,
         workdir=str((workdir or Path.cwd()).absolute()),
@@ -763,7 +768,7 @@ def doctor(
         kill_command=kill_command_for(hostfile, ssh_config),
     )
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    report = checks.run_doctor(request, ssh, remote_python)
+    report = gather.run_doctor(request, ssh, remote_python)
     if as_json:
         problems = [r.to_problem() for r in report.failures]
         emit_json(render.envelope("doctor", report.exit_code, report.to_dict(), problems))

@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dtrain.diagnosis import CheckResult, DoctorReport, Status
+from dtrain.doctor.judge import CheckResult, DoctorReport, Status
 from dtrain.errors import Problem, group_hint, group_line
-from dtrain.hostprocs import DeadLauncherJob, Fate, HostKill, HostScan, JobProcess
-from dtrain.hostprocs import duration_text as duration_text  # re-exported for callers
-from dtrain.plan import JobPlan
-from dtrain.results import JobResult, JobState, TaskExit, signal_name
+from dtrain.launch.results import JobResult, JobState, TaskExit, signal_name
+from dtrain.plan.spec import JobPlan
+from dtrain.processes.results import DeadLauncherJob, Fate, HostKill, HostScan, JobProcess
+from dtrain.processes.results import duration_text as duration_text  # re-exported for callers
 
 JSON_VERSION = 1
 MAX_PARTIAL_LINE = 1 << 16

@@ -7,17 +7,17 @@ import sys
 
 PURE = [
     "dtrain.errors",
-    "dtrain.hosts",
-    "dtrain.plan",
-    "dtrain.tracker",
-    "dtrain.frameworks",
-    "dtrain.results",
+    "dtrain.plan.hosts",
+    "dtrain.plan.spec",
+    "dtrain.plan.planner",
+    "dtrain.plan.frameworks",
+    "dtrain.launch.results",
     "dtrain.render",
-    "dtrain.hostprocs",
-    "dtrain.parity",
-    "dtrain.diagnosis",
+    "dtrain.processes.results",
+    "dtrain.doctor.parity",
+    "dtrain.doctor.judge",
 ]
-FORBIDDEN = ["paramiko", "psutil", "subprocess", "socket", "dtrain.transport", "dtrain.ssh"]
+FORBIDDEN = ["paramiko", "psutil", "subprocess", "socket", "dtrain.transport.ssh"]
 
 
 def test_pure_modules_import_no_side_effect_libraries() -> None:
@@ -31,7 +31,7 @@ def test_pure_modules_import_no_side_effect_libraries() -> None:
 
 
 def test_local_launch_does_not_import_paramiko() -> None:
-    code = "import sys, dtrain.cli, dtrain.launcher; print('paramiko' in sys.modules)"
+    code = "import sys, dtrain.cli, dtrain.launch.lifecycle; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dtrain.errors import DtrainError, Problem, group_problems
+from dtrain.launch.results import JobResult, JobState, TaskExit
 from dtrain.render import LinePrefixer, envelope, last_segment, result_text
-from dtrain.results import JobResult, JobState, TaskExit
 
 
 def test_prefixes_each_line_and_holds_back_a_partial_line() -> None:

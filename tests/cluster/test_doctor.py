@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from dtrain.diagnosis import CHECKS
+from dtrain.doctor.judge import CHECKS
 from tests.cluster.netcluster import Cluster
 from tests.conftest import PYTHON, program, run_dtrain
 

@@ -11,7 +11,7 @@ from dtrain.remote import procs
 from tests.cluster.netcluster import Cluster
 from tests.cluster.test_launch_ssh import assert_nothing_left, run, start, wait_running
 from tests.conftest import PYTHON, ROOT, job_pids, latest_job
-from tests.test_frameworks_real import PADDLE_PYTHON, TF_PYTHON, json_lines, planned_env
+from tests.launch.test_frameworks_real import PADDLE_PYTHON, TF_PYTHON, json_lines, planned_env
 
 EXAMPLES = ROOT / "examples"
 

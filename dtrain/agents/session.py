@@ -1,0 +1,301 @@
+"""Talking to agents: requests and replies, heartbeats, and the stream of task events.
+
+One `AgentSession` per host wraps a `Link` (a pipe to a local agent, or an ssh channel) and
+turns its frames into replies and `AgentEvent`s on a shared queue the supervisor reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from dtrain.errors import RemoteError
+from dtrain.plan.hosts import Host
+from dtrain.remote import proto
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 20
+
+
+class Link(Protocol):
+    """A byte stream to one agent, whatever carries it."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def recv(self, size: int) -> bytes:
+        """Blocking read; b"" at end of stream."""
+        ...
+
+    def stderr_text(self) -> str:
+        """What the agent (or the shell that started it) printed to stderr so far."""
+        ...
+
+    def close_input(self) -> None:
+        """End of stream towards the agent: it stops every task and exits."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """A frame from an agent about one task (started, output, exited, notice)."""
+
+    session: AgentSession
+    kind: int
+    task: int
+    payload: bytes
+
+    def json(self) -> dict[str, Any]:
+        result: dict[str, Any] = proto.decode_json(self.payload)
+        return result
+
+
+@dataclass(frozen=True)
+class LinkClosed:
+    """The agent's stream ended: it exited, crashed, or the connection dropped."""
+
+    session: AgentSession
+
+
+Event = AgentEvent | LinkClosed
+
+
+class EventSink(Protocol):
+    def put(self, item: Event, /) -> None: ...
+
+
+class OutputBudget:
+    """Bounds the task output read from agents but not yet written out, across all hosts.
+
+    When the console or disk is slower than the tasks, readers stop reading, ssh flow control
+    stops the agents, and the tasks block on their pipes: memory stays flat instead of
+    buffering the whole flood.
+    """
+
+    def __init__(self, limit_bytes: int = 32 << 20) -> None:
+        self.limit_bytes = limit_bytes
+        self.pending = 0
+        self._cond = threading.Condition()
+
+    def take(self, size: int, still_alive: Callable[[], None]) -> None:
+        with self._cond:
+            self.pending += size
+            while self.pending > self.limit_bytes:
+                self._cond.wait(0.5)
+                still_alive()  # we stopped reading; the host did not stop talking
+
+    def give_back(self, size: int) -> None:
+        with self._cond:
+            self.pending -= size
+            if self.pending <= self.limit_bytes:
+                self._cond.notify_all()
+
+
+class AgentSession:
+    """The launcher's side of one agent."""
+
+    def __init__(
+        self,
+        host: Host,
+        link: Link,
+        events: EventSink,
+        budget: OutputBudget | None = None,
+    ) -> None:
+        self.host = host
+        self.link = link
+        self.events = events
+        self.budget = budget
+        self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.last_heard = time.monotonic()
+        self.is_closed = False
+        self._send_lock = threading.Lock()
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"dtrain-agent-{host.name}", daemon=True
+        )
+        self._reader.start()
+
+    def _read_exact(self, size: int) -> bytes | None:
+        """Exactly `size` bytes, or None at end of stream.
+
+        Reading a frame's payload by its length, rather than parsing a stream buffer, copies
+        each byte once: at hundreds of MB/s of task output, copies are the launcher's cost.
+        """
+        parts = []
+        while size > 0:
+            chunk = self.link.recv(min(size, READ_CHUNK))
+            if not chunk:
+                return None
+            self.last_heard = time.monotonic()
+            parts.append(chunk)
+            size -= len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _read_loop(self) -> None:
+        try:
+            while (header := self._read_exact(proto.HEADER.size)) is not None:
+                kind, task, length = proto.HEADER.unpack(header)
+                if length > proto.MAX_PAYLOAD:
+                    raise proto.FrameError(f"frame of {length} bytes is larger than the limit")
+                payload = self._read_exact(length) if length else b""
+                if payload is None:
+                    break
+                if kind == proto.REPLY:
+                    self.replies.put(proto.decode_json(payload))
+                elif kind != proto.PING:
+                    self.events.put(AgentEvent(self, kind, task, payload))
+                    if self.budget is not None and kind in (proto.STDOUT, proto.STDERR):
+                        self.budget.take(len(payload), self._mark_heard)
+        except (OSError, EOFError, proto.FrameError) as exc:
+            logger.debug("stream from %s ended: %s", self.host.name, exc)
+        finally:
+            self.is_closed = True
+            self.replies.put(None)
+            self.events.put(LinkClosed(self))
+
+    def _mark_heard(self) -> None:
+        self.last_heard = time.monotonic()
+
+    def send(self, frame: bytes) -> bool:
+        """Send a frame; False if the stream is already broken."""
+        with self._send_lock:
+            try:
+                self.link.send(frame)
+                return True
+            except (OSError, EOFError) as exc:
+                logger.debug("send to %s failed: %s", self.host.name, exc)
+                return False
+
+    def request(
+        self, op: str, timeout_s: float, data: Iterable[bytes] = (), **fields: Any
+    ) -> dict[str, Any]:
+        """Send a request (and its bulk `data`, then an end mark) and wait for the reply.
+
+        Errors become `RemoteError` naming the host.
+        """
+        body = dict(fields, op=op)
+        if not self.send(proto.encode_json(proto.REQUEST, body)):
+            raise self.broken(f"could not send the {op} request")
+        if data != ():
+            for chunk in data:
+                if not self.send(proto.encode(proto.DATA, chunk)):
+                    raise self.broken(f"could not send the data of {op}")
+            self.send(proto.encode(proto.DATA, b""))
+        try:
+            reply = self.replies.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RemoteError(
+                f"no answer to {op} within {timeout_s:.0f}s",
+                host=self.host.display,
+                hint=f"check the load and network of {self.host.display}; "
+                f"`dtrain doctor` checks every host",
+            ) from None
+        if reply is None:
+            raise self.broken(f"dtrain's agent exited during {op}")
+        if "error" in reply:
+            raise RemoteError(reply["error"], hint=reply.get("hint"), host=self.host.display)
+        return reply
+
+    def broken(self, what: str) -> RemoteError:
+        stderr = self.link.stderr_text().strip()
+        detail = f": {stderr.splitlines()[-1]}" if stderr else ""
+        hint = None
+        if "no python3" in stderr or "not found" in stderr or "No such file" in stderr:
+            hint = (
+                f"dtrain's agent needs a python3 (>= 3.6, standard library only) on "
+                f"{self.host.display}: install one, or name it with --remote-python PATH"
+            )
+        return RemoteError(f"{what}{detail}", hint=hint, host=self.host.display)
+
+    def ping(self) -> None:
+        self.send(proto.encode(proto.PING))
+
+    def stop(self, grace_s: float) -> None:
+        self.send(proto.encode_json(proto.STOP, {"grace_s": grace_s}))
+
+    def kill(self) -> None:
+        self.send(proto.encode(proto.KILL))
+
+    def close(self) -> None:
+        """Tell the agent we are done (it stops whatever still runs) and drop the link."""
+        with contextlib.suppress(OSError):
+            self.link.close_input()
+        self.link.close()
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        self._reader.join(timeout_s)
+        return not self._reader.is_alive()
+
+
+class Heartbeat:
+    """One thread that pings every session, so agents know the launcher is alive."""
+
+    def __init__(self, sessions: Iterable[AgentSession], interval_s: float) -> None:
+        self.sessions = list(sessions)
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dtrain-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for session in self.sessions:
+                if not session.is_closed:
+                    session.ping()
+
+
+T = TypeVar("T")
+
+
+def in_parallel(
+    items: Iterable[T], work: Callable[[T], None], timeout_s: float | None = None
+) -> None:
+    """work(item) for every item at once, one thread each; returns when all are done, or at
+    the timeout (a host that hangs cannot hold dtrain up; its thread dies with the process)."""
+    threads = [threading.Thread(target=work, args=(item,), daemon=True) for item in items]
+    for thread in threads:
+        thread.start()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+def request_all(
+    sessions: Iterable[AgentSession],
+    op: str,
+    timeout_s: float,
+    fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
+    **fields: Any,
+) -> dict[str, dict[str, Any] | RemoteError]:
+    """A request to every session at once; each host's reply or error, by `Host.key`.
+
+    `fields_for` adds per-host fields to the common ones.
+    """
+    results: dict[str, dict[str, Any] | RemoteError] = {}
+    lock = threading.Lock()
+
+    def ask(session: AgentSession) -> None:
+        body = dict(fields, **(fields_for(session) if fields_for else {}))
+        try:
+            outcome: dict[str, Any] | RemoteError = session.request(op, timeout_s, **body)
+        except RemoteError as exc:
+            outcome = exc
+        with lock:
+            results[session.host.key] = outcome
+
+    in_parallel(sessions, ask)
+    return results

@@ -1,0 +1,1 @@
+"""`dtrain doctor` and launch's preflight: gather facts from every host, judge them."""

@@ -1,0 +1,376 @@
+"""`dtrain doctor` and launch's preflight: ask every host at once, probe TCP between them.
+
+Every host (the launching machine included: the scheduler runs there) gets an agent; each step
+goes to all hosts in parallel and is bounded in time, so doctor takes about as long as its
+slowest host, and a host that cannot be reached is a finding, never a hang. This module gathers
+(`Survey`); `diagnosis` judges; `render` prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dtrain.agents.session import AgentSession, in_parallel
+from dtrain.doctor import parity
+from dtrain.doctor.judge import (
+    CHECKS,
+    QUICK_CHECKS,
+    CheckResult,
+    Connect,
+    DoctorReport,
+    Observed,
+    Scheduler,
+    Survey,
+    judge,
+)
+from dtrain.errors import Problem, RemoteError
+from dtrain.launch.lifecycle import Hosts, _local_address
+from dtrain.plan.hosts import Host, local_host
+from dtrain.processes import sweep
+from dtrain.processes.results import HostScan
+from dtrain.transport.bootstrap import SshOptions, local_free_ports, local_hostname
+
+logger = logging.getLogger(__name__)
+
+WAIT_S = 2.0  # one TCP probe; LAN round trips are far shorter, a drop never answers
+STEP_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 60.0  # the interpreter lists its packages; nvidia-smi can be slow
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    """What to check: the hosts, and the parts of a launch that doctor should mirror."""
+
+    hosts: tuple[Host, ...]
+    command: tuple[str, ...] = ()
+    workdir: str = "."
+    sync_dst: str | None = None
+    port: int | None = None
+    host_ip: str | None = None
+    interface: str | None = None
+    shell_env: Mapping[str, str] = field(default_factory=dict)
+    kill_command: str = "dtrain kill"
+    wait_s: float = WAIT_S
+
+
+Reply = dict[str, Any] | RemoteError
+
+
+def ask_all(
+    sessions: Mapping[str, AgentSession],
+    op: str,
+    timeout_s: float,
+    fields_for: Callable[[AgentSession], dict[str, Any] | None] = lambda s: {},
+) -> dict[str, tuple[Reply, float, float]]:
+    """One request to each session at once: (reply or error, sent at, answered at) by `Host.key`.
+
+    A session whose `fields_for` is None is not asked.
+    """
+    results: dict[str, tuple[Reply, float, float]] = {}
+    lock = threading.Lock()
+
+    def ask(session: AgentSession, fields: dict[str, Any]) -> None:
+        sent = time.time()
+        try:
+            reply: Reply = session.request(op, timeout_s, **fields)
+        except RemoteError as exc:
+            reply = exc
+        with lock:
+            results[session.host.key] = (reply, sent, time.time())
+
+    started = time.monotonic()
+    asked = [(s, f) for s in sessions.values() if (f := fields_for(s)) is not None]
+    in_parallel(asked, lambda pair: ask(*pair))
+    logger.debug("%s on %d host(s): %.3fs", op, len(asked), time.monotonic() - started)
+    return results
+
+
+def _error_text(reply: Reply) -> str | None:
+    return reply.what if isinstance(reply, RemoteError) else None
+
+
+def advertised_address(
+    host: Host, hello: Mapping[str, Any], interface: str | None, fallback: str
+) -> str:
+    """The address a task on `host` would advertise (DMLC_NODE_HOST), as launch plans it."""
+    if interface and interface in (hello.get("interfaces") or {}):
+        return str(hello["interfaces"][interface])
+    if host.is_local:
+        return fallback
+    return str(hello.get("ssh_server_address") or host.name)
+
+
+def run_doctor(
+    request: DoctorRequest,
+    ssh: SshOptions,
+    remote_python: str = "auto",
+    checks: Sequence[str] = CHECKS,
+) -> DoctorReport:
+    """Every check on every host (and this machine), in parallel; never raises for a host."""
+    started = time.monotonic()
+    here = local_host(local_hostname())
+    everyone = (here, *request.hosts)
+    opened = Hosts(ssh, remote_python)
+    try:
+        sessions, problems = opened.open_reachable(everyone)
+        logger.debug("connected and agents started: %.3fs", time.monotonic() - started)
+        connect_s = dict(opened.ssh.connect_times_s) if request.hosts else {}
+        survey = gather(request, here, sessions, problems, connect_s)
+    finally:
+        opened.close()
+    results = judge(survey, checks)
+    return DoctorReport(survey.hosts, results, tuple(checks), time.monotonic() - started)
+
+
+def gather(
+    request: DoctorRequest,
+    here: Host,
+    sessions: dict[str, AgentSession],
+    problems: Mapping[str, Problem],
+    connect_s: Mapping[str, float],
+) -> Survey:
+    """Ask the open agents everything doctor judges; a host that stops answering is named.
+
+    Maps here are by `Host.key`; what is judged and shown names hosts by `Host.display`.
+    """
+    everyone = (here, *request.hosts)
+    shown = {h.key: h.display for h in everyone}
+    hellos = ask_all(sessions, "hello", STEP_TIMEOUT_S)
+    failed = dict(problems)
+    for name, (reply, _, _) in hellos.items():
+        if isinstance(reply, RemoteError):
+            failed[name] = Problem(
+                f"connected, but dtrain's agent did not answer: {reply.what}",
+                host=shown[name],
+                hint=reply.hint or "rerun with --debug to see what the login shell printed",
+            )
+            sessions.pop(name, None)
+    hello = {name: r for name, (r, _, _) in hellos.items() if isinstance(r, dict)}
+    remote_addresses = [
+        str(hello[h.key].get("ssh_server_address") or h.name)
+        for h in request.hosts
+        if h.key in hello
+    ]
+    here_address = request.host_ip or _local_address(remote_addresses)
+    advertised = {
+        h.key: advertised_address(h, hello[h.key], request.interface, here_address)
+        for h in everyone
+        if h.key in hello
+    }
+    port = request.port or local_free_ports(1)[0]
+    scheduler = Scheduler(here.key, request.host_ip or advertised.get(here.key, ""), port)
+    scheduler, connects, listen_errors = probe_network(
+        sessions, advertised, scheduler, request.wait_s
+    )
+    scans = scan(sessions)
+    probes = ask_all(
+        sessions, "probe", PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
+    )
+    if request.port is not None and here.key in probes:
+        reply, _, answered = probes[here.key]
+        if isinstance(reply, dict):
+            scheduler = replace(
+                scheduler, holders=tuple(reply.get("port_holders") or ()), now=answered
+            )
+    blocked = {c.dst for c in connects if not c.is_ok} | {c.src for c in connects if not c.is_ok}
+    tools = ask_all(
+        sessions,
+        "probe",
+        STEP_TIMEOUT_S,
+        lambda s: {"environment": False, "firewall_tools": True} if s.host.key in blocked else None,
+    )
+    observed = []
+    for host in everyone:
+        reply, sent, answered = probes.get(host.key, (RemoteError("no answer"), 0.0, 0.0))
+        probe = reply if isinstance(reply, dict) else {}
+        skew = None
+        if probe.get("time") is not None:
+            skew = float(probe["time"]) - (sent + answered) / 2
+        tool_reply = tools.get(host.key, ({}, 0.0, 0.0))[0]
+        observed.append(
+            Observed(
+                name=host.display,
+                is_local=host.is_local,
+                problem=failed.get(host.key),
+                connect_s=connect_s.get(host.key),
+                advertised=advertised.get(host.key),
+                interfaces=(hello.get(host.key) or {}).get("interfaces") or {},
+                listen_error=listen_errors.get(host.key),
+                probe=probe,
+                probe_error=_error_text(reply),
+                clock_skew_s=skew,
+                scan=scans.get(host.key),
+                firewall_tools=tuple(
+                    tool_reply.get("firewall_tools") or () if isinstance(tool_reply, dict) else ()
+                ),
+            )
+        )
+    return Survey(
+        hosts=tuple(observed),
+        connects=_as_shown(connects, shown),
+        scheduler=replace(
+            scheduler, host=shown[scheduler.host], is_port_given=request.port is not None
+        ),
+        command=request.command,
+        workdir=request.workdir,
+        sync_dst=request.sync_dst,
+        forwarded_env=frozenset(
+            key for key in request.shell_env if key.startswith(("DMLC_", "PS_", "BYTEPS_"))
+        ),
+        kill_command=request.kill_command,
+        wait_s=request.wait_s,
+    )
+
+
+def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
+    workdir = request.sync_dst if request.sync_dst and not host.is_local else request.workdir
+    fields: dict[str, Any] = {
+        "interpreter": parity.interpreter_of(request.command),
+        "workdir": workdir,
+        "script": parity.script_of(request.command),
+    }
+    if host.key == scheduler.host and request.port is not None:
+        fields["port"] = request.port
+    return fields
+
+
+def _as_shown(connects: Sequence[Connect], shown: Mapping[str, str]) -> tuple[Connect, ...]:
+    """Probes between hosts by key, renamed to how people see the hosts."""
+    return tuple(replace(c, src=shown[c.src], dst=shown[c.dst]) for c in connects)
+
+
+def scan(sessions: Mapping[str, AgentSession]) -> dict[str, HostScan]:
+    """The stale-process scan `dtrain kill` uses, on every open agent."""
+    found = sweep.scan_sessions(sessions)
+    return {name: _this_network_only(s) if s.is_local else s for name, s in found.items()}
+
+
+def _this_network_only(scan: HostScan) -> HostScan:
+    """This machine's scan without processes in other network namespaces: to the network,
+    a container or a test cluster's host is another machine (and is checked as one)."""
+    mine = _net_namespace(os.getpid())
+    kept = tuple(p for p in scan.processes if _net_namespace(p.pid) in (mine, None))
+    return replace(scan, processes=kept)
+
+
+def _net_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def probe_network(
+    sessions: Mapping[str, AgentSession],
+    advertised: Mapping[str, str],
+    scheduler: Scheduler,
+    wait_s: float,
+) -> tuple[Scheduler, list[Connect], dict[str, str]]:
+    """A listener on every host (the scheduler's endpoint on its host, a random high port at
+    the advertised address elsewhere), a connect from every host to every other's, then the
+    listeners closed. Returns the scheduler (with its listen error), the probes, and the
+    hosts whose advertised address could not be bound."""
+
+    def listen_fields(session: AgentSession) -> dict[str, Any] | None:
+        name = session.host.key
+        if name == scheduler.host:
+            return {"address": scheduler.address, "port": scheduler.port}
+        if name in advertised:
+            return {"address": advertised[name], "port": 0}
+        return None
+
+    listened = ask_all(sessions, "listen", STEP_TIMEOUT_S, listen_fields)
+    endpoints: dict[str, tuple[str, int]] = {}
+    listen_errors: dict[str, str] = {}
+    for name, (reply, _, _) in listened.items():
+        if isinstance(reply, RemoteError):
+            listen_errors[name] = reply.what
+        elif reply.get("error"):
+            listen_errors[name] = str(reply["error"])
+        else:
+            endpoints[name] = (str(reply["address"]), int(reply["port"]))
+    if scheduler.host in listen_errors:
+        scheduler = replace(scheduler, listen_error=listen_errors.pop(scheduler.host))
+        if "in use" in (scheduler.listen_error or ""):
+            endpoints[scheduler.host] = (scheduler.address, scheduler.port)  # still probe it
+
+    def targets(session: AgentSession) -> dict[str, Any] | None:
+        mine = [
+            {"to": name, "address": address, "port": port}
+            for name, (address, port) in endpoints.items()
+            if name != session.host.key
+        ]
+        return {"targets": mine, "wait_s": wait_s} if mine else None
+
+    try:
+        tried = ask_all(sessions, "connect", wait_s * 2 + STEP_TIMEOUT_S, targets)
+    finally:
+        ask_all(
+            sessions,
+            "unlisten",
+            STEP_TIMEOUT_S,
+            lambda s: (
+                {"ports": [endpoints[s.host.key][1]]}
+                if s.host.key in endpoints and s.host.key in listened
+                else None
+            ),
+        )
+    connects = []
+    for src, (reply, _, _) in tried.items():
+        if isinstance(reply, RemoteError):
+            continue
+        for result in reply.get("results", ()):
+            connects.append(
+                Connect(
+                    src=src,
+                    dst=str(result["to"]),
+                    address=str(result["address"]),
+                    port=int(result["port"]),
+                    is_ok=bool(result.get("ok")),
+                    error=result.get("error"),
+                    elapsed_s=float(result.get("elapsed_s", 0.0)),
+                )
+            )
+    return scheduler, connects, listen_errors
+
+
+def preflight(
+    sessions: Mapping[str, AgentSession],
+    scheduler_host: str | None,
+    endpoint: tuple[str, int] | None,
+    kill_command: str,
+    wait_s: float = WAIT_S,
+) -> tuple[CheckResult, ...]:
+    """Launch's quick subset on agents that are already up: stale processes, and whether every
+    host reaches the scheduler's endpoint (ssh already worked, or there would be no agents)."""
+    scheduler = None
+    connects: list[Connect] = []
+    if scheduler_host is not None and endpoint is not None and scheduler_host in sessions:
+        scheduler = Scheduler(scheduler_host, endpoint[0], endpoint[1])
+        listen_only = {scheduler_host: sessions[scheduler_host]}
+        scheduler, connects, _ = probe_network(
+            {**listen_only, **{n: s for n, s in sessions.items() if n != scheduler_host}},
+            {},
+            scheduler,
+            wait_s,
+        )
+    scans = scan(sessions)
+    observed = tuple(
+        Observed(name=session.host.display, is_local=session.host.is_local, scan=scans.get(key))
+        for key, session in sessions.items()
+    )
+    shown = {key: session.host.display for key, session in sessions.items()}
+    survey = Survey(
+        hosts=observed,
+        connects=_as_shown(connects, shown),
+        scheduler=replace(scheduler, host=shown[scheduler.host]) if scheduler else None,
+        kill_command=kill_command,
+        wait_s=wait_s,
+    )
+    return judge(survey, [c for c in QUICK_CHECKS if c != "ssh"])

@@ -1,0 +1,1 @@
+"""`dtrain launch` from request to result: lifecycle, supervisor, sync, results."""

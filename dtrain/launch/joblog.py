@@ -1,0 +1,362 @@
+"""A job's log directory: paths and modes, job.json, and task logs a full disk cannot kill.
+
+Owns everything under LOG_DIR/<job-id>/ and the LOG_DIR/latest link. The directory is 0700 and
+every file in it 0600, whatever the umask: job.json holds every `--env` value (API keys) in
+plaintext, and task logs print whatever the training code prints.
+
+A job that trains for days must not die because its logs filled a disk: a task log that cannot
+be written stops being written (the caller warns once), and job.json keeps a reserve so that its
+last write, the job's final state, still fits (see `JobFile`).
+
+job.json also names the launcher (pid, start time, boot, host), so a later `dtrain ps` or
+`dtrain launch` can tell a job whose launcher was killed (SIGKILL, a crash) from a running one,
+and records it as `launcher_died`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dtrain.errors import UsageError
+from dtrain.plan.spec import JobPlan
+from dtrain.processes.results import DeadLauncherJob, Launcher
+from dtrain.remote import procs
+
+logger = logging.getLogger(__name__)
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+JOB_FILE = "job.json"
+RESERVE_FILE = ".job.json.reserve"
+RUNNING = "running"
+LAUNCHER_DIED = "launcher_died"
+BASE_RESERVE_BYTES = 64 * 1024
+RESERVE_PER_TASK_BYTES = 2048  # a task's entry in the result, with a long `detail`
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class LogDirError(UsageError):
+    """The log directory cannot be made or written: nothing was started."""
+
+    code = "log_dir"
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def log_dir_error(root: Path | str, exc: OSError, verb: str = "create") -> LogDirError:
+    """`cannot create log directory X: reason`, with a hint that fits the reason."""
+    reason = _reason(exc)
+    if isinstance(exc, FileExistsError):
+        other = exc.filename and Path(exc.filename) != Path(root)
+        reason = f"{exc.filename if other else 'it'} exists and is not a directory"
+    if exc.errno in DISK_FULL:
+        hint = "free some space there, or pass --log-dir DIR on another disk"
+    else:
+        hint = "pass --log-dir DIR, a directory you can create and write (default: dtrain-logs)"
+    return LogDirError(f"cannot {verb} log directory {root} (--log-dir): {reason}", hint=hint)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPaths:
+    """Where one job's files live."""
+
+    root: Path
+    job_id: str
+    made: tuple[
+        Path, ...
+    ] = ()  # the directories above the job's that dtrain created, deepest first
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.job_id
+
+    @property
+    def job_file(self) -> Path:
+        return self.dir / JOB_FILE
+
+    @property
+    def latest(self) -> Path:
+        return self.root / "latest"
+
+    def log(self, name: str) -> Path:
+        return self.dir / name
+
+
+def check_root(text: str) -> Path:
+    """The `--log-dir` value as a path; an empty one is an error (it would mean `.`)."""
+    if not text.strip():
+        raise LogDirError(
+            "cannot create log directory '' (--log-dir): the path is empty",
+            hint="pass --log-dir DIR, or leave it out for ./dtrain-logs",
+        )
+    return Path(text)
+
+
+def create(root: Path, job_id: str) -> JobPaths:
+    """Make LOG_DIR/<job-id> (0700) with job.json's reserve in it: proof that it can be written.
+
+    Called before any host is connected, so a log directory that cannot be made (a file in the
+    way, read-only, /proc, a full disk) starts nothing.
+    """
+    paths = JobPaths(root, job_id, made=tuple(p for p in (root, *root.parents) if not p.exists()))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        paths.dir.mkdir(mode=DIR_MODE)
+    except OSError as exc:
+        raise log_dir_error(root, exc) from None
+    try:
+        os.chmod(paths.dir, DIR_MODE)  # mkdir's mode is cut by the umask; 0700 always
+        JobFile(paths).reserve(BASE_RESERVE_BYTES)
+    except OSError as exc:
+        remove(paths)
+        raise log_dir_error(root, exc, "write") from None
+    return paths
+
+
+def remove(paths: JobPaths) -> None:
+    """Remove a job directory that never ran a task (the launch failed before starting any)."""
+    shutil.rmtree(paths.dir, ignore_errors=True)
+    for made in paths.made:
+        with contextlib.suppress(OSError):
+            made.rmdir()  # only if still empty: another job may have started there meanwhile
+
+
+def populate(paths: JobPaths, plan: JobPlan, host: str) -> DeadLauncherJob | None:
+    """Write the plan's extra files and log aliases, and point `latest` at this job.
+
+    Returns the job `latest` pointed at before if its launcher died without recording its end
+    (that job.json now says so).
+    """
+    try:
+        for name, content in plan.extra_files.items():
+            write_private(paths.log(name), content.encode())
+        for task in plan.tasks:
+            for alias in task.log_aliases:
+                paths.log(alias).symlink_to(task.log_name)
+    except OSError as exc:
+        raise log_dir_error(paths.dir, exc, "write") from None
+    latest = paths.latest
+    previous = None
+    with contextlib.suppress(OSError):
+        if latest.is_symlink():
+            previous = mark_if_launcher_died(latest.resolve(), host)
+        if latest.is_symlink() or not latest.exists():
+            temporary = paths.root / f".latest.{os.getpid()}"
+            temporary.symlink_to(paths.job_id)
+            temporary.replace(latest)
+    return previous
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a whole file, created 0600 (a partial write to a full disk raises)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)  # an existing file keeps its mode otherwise
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+class JobFile:
+    """job.json, replaced atomically (write a temporary file, rename it over).
+
+    On a full disk the temporary file does not fit, so the directory keeps a reserve file of
+    incompressible bytes big enough for the final document: when a write fails with ENOSPC or
+    EDQUOT, the reserve is deleted and the write tried once more, into the space it freed.
+    The reserve goes once the final state is written.
+    """
+
+    def __init__(self, paths: JobPaths) -> None:
+        self.paths = paths
+        self.reserve_path = paths.dir / RESERVE_FILE
+        self.document: dict[str, Any] = {}
+
+    def reserve(self, size: int) -> None:
+        if self.reserve_path.exists() and self.reserve_path.stat().st_size >= size:
+            return
+        write_private(self.reserve_path, os.urandom(size))  # random: a compressing fs keeps it
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.reserve_path.unlink()
+
+    def write(self, document: Mapping[str, Any], *, final: bool = False) -> None:
+        """Replace job.json; with `final`, also drop the reserve. Raises OSError if it cannot."""
+        data = (json.dumps(document, indent=2) + "\n").encode()
+        temporary = self.paths.dir / f".{JOB_FILE}.{os.getpid()}.tmp"
+        try:
+            write_private(temporary, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            if exc.errno not in DISK_FULL or not self.reserve_path.exists():
+                raise
+            logger.debug("job.json does not fit (%s): using its reserve", exc)
+            self.release()
+            write_private(temporary, data)
+        temporary.replace(self.paths.job_file)
+        if final:
+            self.release()
+
+    def start(self, plan: JobPlan, launcher: Launcher) -> None:
+        """The running job's document, and a reserve big enough for its final one."""
+        document = {
+            "dtrain_job": 1,
+            "state": RUNNING,
+            "launcher": launcher.to_dict(),
+            "started_at": time.time(),
+            "plan": plan.to_dict(),
+            "result": None,
+        }
+        size = len(json.dumps(document, indent=2))
+        self.reserve(BASE_RESERVE_BYTES + 2 * size + RESERVE_PER_TASK_BYTES * len(plan.tasks))
+        self.write(document)
+        self.document = document
+
+    def finish(self, state: str, result: Mapping[str, Any]) -> None:
+        self.write({**self.document, "state": state, "result": dict(result)}, final=True)
+
+
+class TaskLog:
+    """One task's log file (0600). A write that fails, e.g. on a full disk, ends this log, not
+    the job: `write` returns the reason once, and the caller warns."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = -1
+        self.error: str | None = None
+        self.reported = False
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        except OSError as exc:
+            self.error = _reason(exc)
+
+    def write(self, data: bytes) -> str | None:
+        """Append `data`; the reason the first time this log cannot be written, else None."""
+        if self.fd >= 0:
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            except OSError as exc:
+                self.error = _reason(exc)
+                self.close()
+        if self.error is not None and not self.reported:
+            self.reported = True
+            return self.error
+        return None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# ---- the launcher, and jobs whose launcher died -------------------------------------------
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    stat = procs.read_stat(pid)  # type: ignore[no-untyped-call]
+    return int(stat[5]) if stat is not None else None
+
+
+def this_launcher(host: str) -> Launcher:
+    """This process, as job.json records its launcher: a pid alone can be reused."""
+    pid = os.getpid()
+    return Launcher(pid=pid, host=host, start_ticks=_start_ticks(pid), boot_id=_boot_id())
+
+
+def launcher_is_gone(launcher: Launcher, host: str) -> bool:
+    """True when `launcher` ran on this host and no longer runs; False when alive or unknown."""
+    if launcher.host != host:
+        return False  # another machine's launcher (a shared log directory): cannot tell
+    if launcher.boot_id is not None and launcher.boot_id != _boot_id():
+        return True  # the machine rebooted since
+    return not procs.alive(launcher.pid, launcher.start_ticks)  # type: ignore[no-untyped-call]
+
+
+def _read_document(job_file: Path) -> dict[str, Any] | None:
+    try:
+        document = json.loads(job_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) and document.get("dtrain_job") else None
+
+
+def _dead_job(job_dir: Path, document: Mapping[str, Any]) -> DeadLauncherJob | None:
+    launcher = Launcher.from_dict(document.get("launcher"))
+    if launcher is None:
+        return None
+    return DeadLauncherJob(
+        job_id=job_dir.name,
+        log_dir=str(job_dir),
+        launcher=launcher,
+        started_at=document.get("started_at"),
+    )
+
+
+def mark_if_launcher_died(job_dir: Path, host: str) -> DeadLauncherJob | None:
+    """If job.json says running but its launcher is gone, make it say launcher_died."""
+    document = _read_document(job_dir / JOB_FILE)
+    if document is None or document.get("state") != RUNNING:
+        return None
+    return _mark(job_dir, document, host)
+
+
+def _mark(job_dir: Path, document: dict[str, Any], host: str) -> DeadLauncherJob | None:
+    dead = _dead_job(job_dir, document)
+    if dead is None or not launcher_is_gone(dead.launcher, host):
+        return None
+    document.update(state=LAUNCHER_DIED, launcher_died_noticed_at=time.time())
+    try:
+        JobFile(JobPaths(job_dir.parent, job_dir.name)).write(document, final=True)
+    except OSError as exc:
+        logger.debug("cannot mark %s as launcher_died: %s", job_dir, exc)
+    return dead
+
+
+def dead_launcher_jobs(root: Path, host: str, job: str | None = None) -> list[DeadLauncherJob]:
+    """Jobs under `root` whose launcher died before recording their end, oldest first.
+
+    Marks each newly found one in its job.json; unreadable directories (another user's) are
+    skipped.
+    """
+    found = []
+    try:
+        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+    for job_dir in entries:
+        if job is not None and job_dir.name != job:
+            continue
+        document = _read_document(job_dir / JOB_FILE)
+        state = document.get("state") if document is not None else None
+        dead = None
+        if document is not None and state == RUNNING:
+            dead = _mark(job_dir, document, host)
+        elif document is not None and state == LAUNCHER_DIED:
+            dead = _dead_job(job_dir, document)
+        if dead is not None:
+            found.append(dead)
+    return found

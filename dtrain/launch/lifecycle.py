@@ -1,0 +1,487 @@
+"""`dtrain launch` from request to result: connect, learn the hosts, plan, start, supervise.
+
+Order matters: every host is connected and every agent has answered before the plan is made
+(the plan needs each host's real address and free ports), and every host has accepted its
+tasks (working directory there, command found) before any task starts anywhere. A failure at
+any step before that starts nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dtrain.agents.session import (
+    AgentSession,
+    Event,
+    Heartbeat,
+    OutputBudget,
+    in_parallel,
+    request_all,
+)
+from dtrain.doctor import parity
+from dtrain.errors import ConnectError, PreflightFailed, Problem, RemoteError
+from dtrain.launch import joblog, sync
+from dtrain.launch.results import JobResult
+from dtrain.launch.supervise import Console, Interrupt, Supervisor, SupervisorOptions
+from dtrain.plan import planner
+from dtrain.plan.hosts import Host
+from dtrain.plan.spec import JobPlan, PlacedTask
+from dtrain.transport.bootstrap import (
+    LocalLink,
+    SshOptions,
+    local_free_ports,
+    local_hostname,
+    local_interfaces,
+    raise_open_file_limit,
+    resolve_address,
+    route_address,
+)
+
+if TYPE_CHECKING:
+    from dtrain.transport.ssh import SshTransport
+
+logger = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 30.0
+AGENT_PROBLEM = "agent"
+CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    log_root: Path = Path("dtrain-logs")
+    grace_s: float = 5.0
+    timeout_s: float | None = None
+    heartbeat_s: float = 1.0
+    lease_s: float = 15.0
+    traceback_timeout_s: float = 10.0
+    ssh: SshOptions = field(default_factory=SshOptions)
+    remote_python: str = "auto"
+    sync_excludes: tuple[str, ...] = sync.DEFAULT_EXCLUDES
+    preflight: bool = True
+    kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
+
+
+class Hosts:
+    """Open agent sessions to a set of hosts, and close them all, whatever happens."""
+
+    def __init__(self, options: SshOptions, remote_python: str = "auto") -> None:
+        raise_open_file_limit()
+        self.ssh_options = options
+        self._ssh: SshTransport | None = None
+        self.remote_python = remote_python
+        self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
+        self.budget = OutputBudget()
+        self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
+        self._lock = threading.Lock()
+
+    @property
+    def ssh(self) -> SshTransport:
+        """Created on first use: paramiko costs 0.1 s to import, and local jobs never need it."""
+        if self._ssh is None:
+            from dtrain.transport.ssh import SshTransport
+
+            self._ssh = SshTransport(self.ssh_options)
+        return self._ssh
+
+    def open(self, hosts: Sequence[Host]) -> dict[str, AgentSession]:
+        """Connect every host and start an agent on each; any failure names each host, and
+        nothing will have been started anywhere."""
+        sessions, problems = self.open_reachable(hosts)
+        if problems:
+            unreached = [p for p in problems.values() if p.code != AGENT_PROBLEM]
+            if unreached:
+                remote = sum(1 for h in hosts if not h.is_local)
+                raise ConnectError(
+                    f"cannot reach {len(unreached)} of {remote} "
+                    f"host{'s' if remote > 1 else ''}; nothing was started",
+                    problems=unreached,
+                )
+            raise RemoteError(
+                "could not start on every host; nothing was started",
+                problems=list(problems.values()),
+            )
+        return sessions
+
+    def open_reachable(
+        self, hosts: Sequence[Host]
+    ) -> tuple[dict[str, AgentSession], dict[str, Problem]]:
+        """Like `open`, but a host that cannot be reached is a problem, not an error.
+
+        For commands that must act on every host they can (`dtrain kill`, `ps`, doctor).
+        """
+        remote = [host for host in hosts if not host.is_local]
+        local = [host for host in hosts if host.is_local]
+        problems: dict[str, Problem] = {}
+        lock = threading.Lock()
+
+        def start_local(host: Host) -> None:
+            problem = self._start_agent(host)
+            if problem is not None:
+                with lock:
+                    problems[host.key] = problem
+
+        starting_here = threading.Thread(target=in_parallel, args=(local, start_local))
+        starting_here.start()
+        if remote:
+            found = self.ssh.try_connect_all(remote, then=self._start_agent)
+            with lock:
+                problems.update(found)
+        starting_here.join()
+        sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
+        return sessions, problems
+
+    def _start_agent(self, host: Host) -> Problem | None:
+        """Start the agent on one (connected) host; its problem if that fails."""
+        try:
+            link = (
+                LocalLink()
+                if host.is_local
+                else self.ssh.open_link(host, python=self.remote_python)
+            )
+            session = AgentSession(host, link, self.events, self.budget)
+        except Exception as exc:  # any failure names its host
+            return Problem(
+                f"cannot start dtrain's agent: {exc}", host=host.display, code=AGENT_PROBLEM
+            )
+        with self._lock:
+            self.sessions[host.key] = session
+        return None
+
+    def close(self) -> None:
+        """Close every session in parallel; an unresponsive host cannot hold dtrain up."""
+        in_parallel(self.sessions.values(), AgentSession.close, CLOSE_TIMEOUT_S)
+        if self._ssh is not None:
+            self._ssh.close()
+        self.sessions.clear()
+
+
+def run_on_all(
+    sessions: Mapping[str, AgentSession],
+    op: str,
+    what: str,
+    outcome: str = "nothing was started",
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
+    **fields: Any,
+) -> dict[str, dict[str, Any]]:
+    """One request to every host; any host's error fails the whole step, naming each host."""
+    replies = request_all(sessions.values(), op, timeout_s, fields_for=fields_for, **fields)
+    problems = [
+        Problem(reply.what, host=sessions[key].host.display, hint=reply.hint)
+        for key, reply in sorted(replies.items())
+        if isinstance(reply, RemoteError)
+    ]
+    if problems:
+        raise RemoteError(f"{what} failed on {len(problems)} host(s); {outcome}", problems=problems)
+    return {name: reply for name, reply in replies.items() if isinstance(reply, dict)}
+
+
+def gather_facts(
+    request: planner.JobRequest,
+    job_id: str,
+    sessions: Mapping[str, AgentSession],
+    options: LaunchOptions,
+) -> planner.Facts:
+    """Ask every agent about its host; addresses are the ones ssh reached them at."""
+    ports = planner.ports_needed(request)
+    replies = run_on_all(
+        sessions,
+        "hello",
+        "contacting the agents",
+        fields_for=lambda s: {"ports": ports.get(s.host.key, 0)},
+        heartbeat_s=options.heartbeat_s,
+        lease_s=options.lease_s,
+        grace_s=options.grace_s,
+    )
+    hosts: dict[str, planner.HostFacts] = {}
+    remote_addresses = []
+    for name, reply in replies.items():
+        session = sessions[name]
+        if session.host.is_local:
+            continue
+        address = (
+            reply.get("ssh_server_address")
+            or resolve_address(session.host.name)
+            or session.host.name
+        )
+        remote_addresses.append(address)
+        hosts[name] = planner.HostFacts(
+            address=address,
+            interfaces=reply.get("interfaces", {}),
+            free_ports=tuple(reply.get("free_ports", ())),
+        )
+    local_address = _local_address(remote_addresses)
+    for name, reply in replies.items():
+        if sessions[name].host.is_local:
+            hosts[name] = planner.HostFacts(
+                address=local_address,
+                interfaces=reply.get("interfaces", {}),
+                free_ports=tuple(reply.get("free_ports", ())),
+            )
+    if request.local_host.key not in hosts:
+        hosts[request.local_host.key] = planner.HostFacts(
+            address=local_address, interfaces=local_interfaces()
+        )
+    return planner.Facts(job_id=job_id, hosts=hosts)
+
+
+def _local_address(remote_addresses: Sequence[str]) -> str:
+    """127.0.0.1 when everything is local; else the address on the route to the first host."""
+    if not remote_addresses:
+        return "127.0.0.1"
+    return route_address(remote_addresses[0]) or "127.0.0.1"
+
+
+def dry_run_facts(
+    request: planner.JobRequest, job_id: str, ssh: SshOptions
+) -> tuple[planner.Facts, list[str]]:
+    """Facts without connecting anywhere: names resolved here, ports chosen here.
+
+    Also the hosts whose names do not resolve from here (a launch learns their addresses
+    from ssh itself, so they stay names in the dry run's plan).
+    """
+    from dtrain.transport.ssh import SshTransport
+
+    ports = planner.ports_needed(request)
+    transport = SshTransport(ssh) if request.hosts else None
+    targets = transport.distinct_targets(request.hosts) if transport else []
+    hosts: dict[str, planner.HostFacts] = {}
+    resolved = []
+    unresolved = []
+    for host, target in zip(request.hosts, targets, strict=True):
+        address = resolve_address(target.hostname)
+        if address is None:
+            unresolved.append(host.display)
+        else:
+            resolved.append(address)
+        hosts[host.key] = planner.HostFacts(
+            address=address or target.hostname,
+            interfaces={},
+            free_ports=tuple(local_free_ports(ports.get(host.key, 0))),
+        )
+    here = local_interfaces()
+    local_address = _local_address(resolved) if resolved or not request.hosts else None
+    if local_address is None:  # no route known: this machine's first outward address
+        local_address = next((a for a in here.values() if not a.startswith("127.")), "127.0.0.1")
+    hosts[request.local_host.key] = planner.HostFacts(
+        address=local_address,
+        interfaces=here,
+        free_ports=tuple(local_free_ports(ports.get(request.local_host.key, 0))),
+    )
+    return planner.Facts(job_id=job_id, hosts=hosts), unresolved
+
+
+@contextlib.contextmanager
+def forward_signals(events: queue.SimpleQueue[Event | Interrupt]) -> Iterator[None]:
+    """SIGINT/SIGTERM/SIGHUP become events the supervisor handles (stop everything)."""
+
+    def handler(signum: int, frame: object) -> None:
+        events.put(Interrupt(signum))  # SimpleQueue.put is safe in a signal handler
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@dataclass
+class Launch:
+    """One `dtrain launch`: its plan (once made) and its result (once finished)."""
+
+    request: planner.JobRequest
+    job_id: str
+    options: LaunchOptions
+    console: Console
+    plan: JobPlan | None = None
+    log_dir: Path | None = None
+    on_planned: Callable[[JobPlan, Path], None] | None = None
+
+    def run(self) -> JobResult:
+        placed = planner.place(self.request)  # bad requests fail before any connection
+        paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
+        hosts = Hosts(self.options.ssh, self.options.remote_python)
+        if self.request.hosts:  # every line, used or not: a host listed twice is a mistake
+            hosts.ssh.distinct_targets(self.request.hosts)
+        phase = _PhaseClock()
+        started = False
+        try:
+            planned_hosts = _hosts_of(placed)
+            sessions = hosts.open(planned_hosts)
+            phase("connected and agents started")
+            with Heartbeat(sessions.values(), self.options.heartbeat_s):
+                facts = gather_facts(self.request, self.job_id, sessions, self.options)
+                self.plan = planner.plan_job(self.request, facts)
+                phase("facts gathered and plan made")
+                if self.options.preflight:
+                    self._preflight(sessions)
+                    phase("preflight")
+                if self.plan.sync_dst is not None:
+                    self._sync(sessions, self.plan.sync_dst)
+                    phase("sync")
+                self._hand_out_tasks(sessions)
+                phase("tasks checked on every host")
+                job_file = self._prepare_log_dir(paths)
+                self.log_dir = paths.dir
+                if self.on_planned is not None:
+                    self.on_planned(self.plan, self.log_dir)
+                with forward_signals(hosts.events):
+                    supervisor = Supervisor(
+                        self.plan,
+                        sessions,
+                        hosts.events,
+                        self.log_dir,
+                        self.console,
+                        SupervisorOptions(
+                            grace_s=self.options.grace_s,
+                            timeout_s=self.options.timeout_s,
+                            lease_s=self.options.lease_s,
+                            linger_s=self.options.grace_s,
+                        ),
+                    )
+                    started = True
+                    run_on_all(
+                        sessions,
+                        "start",
+                        "starting the tasks",
+                        outcome="the tasks that did start were stopped",
+                    )
+                    phase("tasks started")
+                    result = supervisor.run()
+                self._record(job_file, result)
+                return result
+        finally:
+            hosts.close()
+            if not started:
+                joblog.remove(paths)
+
+    def _prepare_log_dir(self, paths: joblog.JobPaths) -> joblog.JobFile:
+        """Log aliases, `latest`, and job.json saying running (with who runs it)."""
+        assert self.plan is not None
+        host = local_hostname()
+        previous = joblog.populate(paths, self.plan, host)
+        if previous is not None:
+            self.console.note(
+                f"the previous job {previous.job_id} never recorded its end: launcher died "
+                f"(pid {previous.launcher.pid}); its job.json now says launcher_died"
+            )
+        job_file = joblog.JobFile(paths)
+        try:
+            job_file.start(self.plan, joblog.this_launcher(host))
+        except OSError as exc:
+            raise joblog.log_dir_error(paths.dir, exc, "write") from None
+        return job_file
+
+    def _record(self, job_file: joblog.JobFile, result: JobResult) -> None:
+        """The final state into job.json; a disk that refuses even that costs a warning only."""
+        try:
+            job_file.finish(result.state.value, result.to_dict())
+        except OSError as exc:
+            self.console.note(
+                f"cannot write {job_file.paths.job_file}: {exc.strerror or exc}; "
+                f"it still says the job is running"
+            )
+
+    def _preflight(self, sessions: Mapping[str, AgentSession]) -> None:
+        """doctor's quick subset (stale processes, the scheduler's port free on its host and
+        reachable from every other) before anything is copied or started; this machine too."""
+        assert self.plan is not None
+        from dtrain.doctor import gather  # gather builds on this module
+        from dtrain.doctor.judge import Status
+
+        started = time.monotonic()
+        rendezvous = self.plan.rendezvous
+        first = self.plan.tasks[0].host.key if self.plan.tasks else None
+        results = gather.preflight(
+            sessions,
+            first if rendezvous is not None else None,
+            (rendezvous.address, rendezvous.port) if rendezvous is not None else None,
+            self.options.kill_command,
+        )
+        logger.info("preflight took %.3fs", time.monotonic() - started)
+        for result in results:
+            if result.status is Status.WARN:
+                self.console.note(f"preflight: {result.host}: {result.detail}")
+        failures = [r.to_problem() for r in results if r.status is Status.FAIL]
+        if failures:
+            raise PreflightFailed(
+                f"preflight failed on {len({p.host for p in failures})} host(s); "
+                "nothing was started",
+                problems=failures,
+                hint="fix the above, or pass --no-preflight to start anyway; "
+                "`dtrain doctor -H HOSTS` gather everything",
+            )
+
+    def _sync(self, sessions: Mapping[str, AgentSession], dst: str) -> None:
+        assert self.plan is not None
+        remote = {name: s for name, s in sessions.items() if not s.host.is_local}
+        if not remote:
+            return
+        excludes = (*self.options.sync_excludes, self.options.log_root.name)
+        started = time.monotonic()
+        manifest = sync.build_manifest(Path(self.plan.workdir), excludes)
+        reports = sync.sync_all(remote, manifest, dst)
+        sent = sum(r.bytes_sent for r in reports)
+        self.console.note(
+            f"synced {self.plan.workdir} to {dst} on {len(reports)} host(s): "
+            f"{len(manifest.files)} files, {sent / 1e6:.1f} MB sent, "
+            f"in {time.monotonic() - started:.1f}s"
+        )
+
+    def _hand_out_tasks(self, sessions: Mapping[str, AgentSession]) -> None:
+        assert self.plan is not None
+        plan = self.plan
+        by_host: dict[str, list[dict[str, Any]]] = {}
+        for task_id, task in enumerate(plan.tasks):
+            by_host.setdefault(task.host.key, []).append(
+                {
+                    "id": task_id,
+                    "name": task.name,
+                    "argv": list(task.argv),
+                    "env": dict(task.env),
+                    "cwd": task.workdir,
+                    "script": parity.python_script_of(task.argv),
+                }
+            )
+        run_on_all(
+            sessions,
+            "launch",
+            "checking the tasks",
+            fields_for=lambda s: {"tasks": by_host.get(s.host.key, [])},
+            job_id=plan.job_id,
+            grace_s=self.options.grace_s,
+            traceback_timeout_s=self.options.traceback_timeout_s,
+        )
+
+
+class _PhaseClock:
+    """Logs how long each step of a launch took (`dtrain --debug launch`)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        now = time.monotonic()
+        logger.debug("%s in %.3fs", what, now - self.last)
+        self.last = now
+
+
+def _hosts_of(placed: Sequence[PlacedTask]) -> list[Host]:
+    """The hosts the tasks were placed on, each once, in order of first use."""
+    seen: dict[str, Host] = {}
+    for task in placed:
+        seen.setdefault(task.host.key, task.host)
+    return list(seen.values())

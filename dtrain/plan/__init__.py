@@ -1,0 +1,3 @@
+"""Pure planning: the hosts file, the plan's types, the planner, framework env builders.
+
+Imports only the standard library, `dtrain.errors` and itself."""

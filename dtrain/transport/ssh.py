@@ -1,0 +1,722 @@
+"""The ssh transport: one paramiko connection per host, resolved and checked like OpenSSH.
+
+Settings come from `~/.ssh/config` then `/etc/ssh/ssh_config`, or only `--ssh-config FILE` (like
+`ssh -F`). Host keys are checked against known_hosts; an unknown key fails (or is recorded with
+accept-new), a changed key always fails. Nothing ever prompts. The only module that imports
+paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 s to import.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import getpass
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from dtrain.errors import Problem, UsageError
+from dtrain.plan.hosts import Host, check_same_targets
+from dtrain.transport.bootstrap import SshOptions, agent_payload, remote_command
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+MAX_PARALLEL_CONNECTS = 32
+# a server that offers no protocol version or algorithm we share; the stubs lag paramiko
+IncompatiblePeer: type[paramiko.SSHException] = paramiko.IncompatiblePeer  # type: ignore[attr-defined]
+FIRST_BYTES = 256  # enough of what a port sends first to quote it when it is not ssh
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """One host's ssh settings, resolved the way OpenSSH would resolve them."""
+
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    known_hosts_files: tuple[str, ...] = ()
+    strict_host_keys: str = "yes"
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    proxy_jump: str | None = None
+
+    @property
+    def display(self) -> str:
+        return f"{self.hostname}:{self.port}"
+
+
+def _config_paths(options: SshOptions) -> list[str]:
+    """`--ssh-config FILE` alone (like `ssh -F`), else the user's then the system's config."""
+    if options.config_file is not None:
+        return [str(options.config_file)]
+    return [os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"]
+
+
+def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
+    """The settings of every file `_config_paths` names, in order."""
+    texts = []
+    for path in _config_paths(options):
+        try:
+            text = Path(path).read_text()
+        except FileNotFoundError:
+            if options.config_file is not None:
+                raise UsageError(f"ssh config {path} does not exist") from None
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read ssh config {path}: {exc}") from None
+        try:  # parsed alone first, so an error names its own file
+            paramiko.SSHConfig.from_text(text)
+        except paramiko.ConfigParseError as exc:
+            raise UsageError(
+                f"ssh config {path}: {exc}",
+                hint="every line needs a keyword and a value; `ssh -G HOST` shows the faulty line",
+            ) from None
+        texts.append(text)
+    return paramiko.SSHConfig.from_text("\n".join(texts))
+
+
+def split_jump_hop(hop: str) -> tuple[str, str, str]:
+    """(user, host, port) of one ProxyJump hop, `[user@]host[:port]` or `[user@][v6addr][:port]`."""
+    user, _, rest = hop.rpartition("@")
+    if rest.startswith("[") and "]" in rest:
+        name, _, tail = rest[1:].partition("]")
+        return user, name, tail.removeprefix(":")
+    name, _, port = rest.partition(":")
+    return user, name, port
+
+
+def _jump_hops(jump: str, name: str, options: SshOptions) -> list[tuple[str, str, str]]:
+    """The hops of the ProxyJump `jump` set for host `name`, or an error naming the bad one."""
+    hops = []
+    for hop in jump.split(","):
+        user, hop_name, port_text = split_jump_hop(hop)
+        address = hop.rpartition("@")[2]
+        problem = None
+        if address.startswith("[") and "]" not in address:
+            problem = f'"{hop}" lacks the "]" that closes its address'
+        elif not hop_name:
+            problem = f'"{hop}" names no host'
+        elif port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+            problem = f'"{port_text}" is not a port'
+        if problem is not None:
+            raise UsageError(
+                f'ssh config {_config_name(options)} sets ProxyJump "{jump}" for host '
+                f"{name}: {problem}",
+                hint="write each hop as [user@]host[:port] ([addr]:port for an IPv6 address), "
+                "separated by commas",
+            )
+        hops.append((user, hop_name, port_text))
+    return hops
+
+
+def jump_chain(
+    name: str, config: paramiko.SSHConfig, options: SshOptions, port: int | None = None
+) -> list[str]:
+    """The hosts a connection to `name` goes through, nearest first, as connecting follows
+    them: the last hop through the earlier ones, the first hop through its own ProxyJump.
+
+    A host and port met twice is a loop (OpenSSH would start ssh inside ssh until it runs out
+    of processes): an error naming the whole chain, before any connection.
+    """
+
+    def endpoint(hop_name: str, port_text: str | int | None) -> tuple[str, str]:
+        return hop_name, str(port_text or config.lookup(hop_name).get("port", "22"))
+
+    chain, seen = [name], [endpoint(name, port)]
+    via, jump = name, config.lookup(name).get("proxyjump")
+    while jump not in (None, "none"):
+        hops = _jump_hops(jump, via, options)
+        for _, hop_name, port_text in reversed(hops):
+            if endpoint(hop_name, port_text) in seen:
+                path = " -> ".join([*chain, hop_name])
+                raise UsageError(
+                    f"ssh config {_config_name(options)}: ProxyJump loops: {path} "
+                    "(each reached through the next)",
+                    hint=f"give {hop_name} a way in that does not pass through itself: "
+                    f"ProxyJump none in a Host {hop_name} block above the others, or leave it "
+                    f"out of the pattern (Host * !{hop_name})",
+                )
+            chain.append(hop_name)
+            seen.append(endpoint(hop_name, port_text))
+        via = hops[0][1]
+        jump = config.lookup(via).get("proxyjump")
+    return chain[1:]
+
+
+def _config_name(options: SshOptions) -> str:
+    return " or ".join(_config_paths(options))
+
+
+def _config_number(
+    host: Host, found: paramiko.SSHConfigDict, key: str, options: SshOptions, default: float
+) -> float:
+    """A Port or ConnectTimeout, or an error naming the file, host and value (OpenSSH refuses
+    such a config too)."""
+    raw = found.get(key.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw) if key == "Port" else float(raw)
+    except ValueError:
+        value = -1
+    if value <= 0 or (key == "Port" and value > 65535):
+        expected = "a port (1-65535)" if key == "Port" else "a positive number of seconds"
+        raise UsageError(
+            f'ssh config {_config_name(options)} sets {key} "{raw}" for host {host.name}, '
+            f"which is not {expected}",
+            hint=f"fix the {key} line that applies to {host.name} (`ssh -G {host.name}` shows it)",
+        )
+    return value
+
+
+def resolve_target(
+    host: Host, config: paramiko.SSHConfig, options: SshOptions, *, proxy_jump: str | None = None
+) -> SshTarget:
+    """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do; `proxy_jump` wins
+    over the config's (a hop of a `ProxyJump a,b` chain is reached through the hops before it)."""
+    found = config.lookup(host.name)
+    port = host.port or int(_config_number(host, found, "Port", options, 22))
+    user = host.user or found.get("user") or getpass.getuser()
+    identities = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
+    known = found.get("userknownhostsfile")
+    if known:
+        known_files = tuple(os.path.expanduser(p) for p in known.split())
+    else:
+        known_files = (
+            os.path.join(options.user_config_dir, "known_hosts"),
+            os.path.join(options.user_config_dir, "known_hosts2"),
+        )
+    known_files = (*known_files, "/etc/ssh/ssh_known_hosts")
+    timeout = options.connect_timeout_s
+    if timeout is None:
+        timeout = _config_number(host, found, "ConnectTimeout", options, DEFAULT_CONNECT_TIMEOUT_S)
+    jump = proxy_jump or found.get("proxyjump")
+    if proxy_jump is None and jump not in (None, "none"):
+        jump_chain(host.name, config, options, port)
+    return SshTarget(
+        hostname=found.get("hostname", host.name),
+        port=port,
+        user=user,
+        identity_files=identities,
+        identities_only=found.get("identitiesonly", "no").lower() == "yes",
+        known_hosts_files=known_files,
+        strict_host_keys=found.get("stricthostkeychecking", "ask").lower(),
+        connect_timeout_s=timeout,
+        proxy_jump=None if jump in (None, "none") else jump,
+    )
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, so users can compare it with `ssh-keygen -lf`."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_entry(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class UnknownHostKey(Exception):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(hostname)
+        self.hostname = hostname
+        self.key = key
+
+
+class HandshakeFailed(Exception):
+    """The port answered, but no ssh session came of it; `is_transient` says whether another
+    try can help (sshd drops connections beyond MaxStartups before its banner)."""
+
+    def __init__(self, reason: str, *, is_ssh: bool, is_transient: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.is_ssh = is_ssh
+        self.is_transient = is_transient
+
+
+def _await_first_bytes(sock: socket.socket, timeout_s: float) -> bytes:
+    """The server's first bytes, left unread for paramiko.
+
+    A silent port then fails in one clear line at the deadline (paramiko would wait as long,
+    then only say "Error reading SSH protocol banner"), and bytes that are not an SSH banner
+    can be quoted if the handshake fails.
+    """
+    sock.settimeout(timeout_s)
+    try:
+        first = sock.recv(FIRST_BYTES, socket.MSG_PEEK)
+    except TimeoutError:
+        raise HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False) from None
+    if not first:
+        raise HandshakeFailed(
+            "the server closed the connection before its SSH banner", is_ssh=True, is_transient=True
+        )
+    return first
+
+
+def _quoted_first_line(first: bytes) -> str:
+    line = first.split(b"\n", 1)[0].rstrip(b"\r")[:80]
+    return '"' + line.decode("ascii", "backslashreplace").encode("unicode_escape").decode() + '"'
+
+
+def _handshake_failure(
+    exc: paramiko.SSHException, first: bytes | None, timeout_s: float
+) -> HandshakeFailed | None:
+    """What a failed paramiko handshake means, when it is about the banner or the protocol."""
+    text = str(exc)
+    if isinstance(exc, IncompatiblePeer):
+        return HandshakeFailed(f"incompatible ssh server: {text}", is_ssh=True)
+    sent = None if first is None or first.startswith(b"SSH-") else _quoted_first_line(first)
+    if text.startswith(("Indecipherable protocol version", "Invalid SSH banner")):
+        return HandshakeFailed(f"it answered {sent or text}", is_ssh=False)
+    if not text.startswith("Error reading SSH protocol banner"):
+        return None
+    if sent is not None:
+        return HandshakeFailed(f"it answered {sent} instead of an SSH banner", is_ssh=False)
+    if isinstance(exc.__context__, TimeoutError):
+        return HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False)
+    return HandshakeFailed(
+        "the server closed the connection before its SSH banner", is_ssh=True, is_transient=True
+    )
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown keys fail, or with accept-new are recorded; changed keys always fail (paramiko)."""
+
+    _record_lock = threading.Lock()
+
+    def __init__(self, accept_new: bool, record_file: str) -> None:
+        self.accept_new = accept_new
+        self.record_file = record_file
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        if not self.accept_new:
+            raise UnknownHostKey(hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        with self._record_lock:
+            Path(self.record_file).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(self.record_file, "a") as out:
+                out.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        logger.info("recorded the host key of %s in %s", hostname, self.record_file)
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's transport with AES-GCM preferred: one AEAD pass instead of AES-CTR plus a
+    separate HMAC; measured here at 440 MB/s against 265 MB/s on one connection. Every other
+    cipher stays available for servers without GCM (OpenSSH < 6.2)."""
+
+    _preferred_ciphers = (
+        "aes128-gcm@openssh.com",
+        "aes256-gcm@openssh.com",
+        *(
+            c
+            for c in paramiko.Transport._preferred_ciphers  # type: ignore[attr-defined]
+            if "-gcm@" not in c
+        ),
+    )
+
+
+class SshTransport:
+    """One authenticated connection per host, opened in parallel, reused for every channel."""
+
+    def __init__(self, options: SshOptions) -> None:
+        self.options = options
+        self.config = load_ssh_config(options)
+        self.clients: dict[str, paramiko.SSHClient] = {}  # by Host.key: name and port
+        self.connect_times_s: dict[str, float] = {}
+        # One connection per ProxyJump spec, shared by every host behind it: a Future while
+        # the first host that needs it connects, so the others wait for it instead of each
+        # opening (and leaking) their own.
+        self._jumps: dict[str, Future[paramiko.SSHClient]] = {}
+        self._spare_jumps: list[paramiko.SSHClient] = []  # nested hops that could not wait
+        self._jump_depth = threading.local()
+        self._lock = threading.Lock()
+
+    def target(self, host: Host) -> SshTarget:
+        return resolve_target(host, self.config, self.options)
+
+    def distinct_targets(self, hosts: Sequence[Host]) -> list[SshTarget]:
+        """Each host's target; a `HostsFileError` if two lines reach one (hostname, port, user)."""
+        targets = [self.target(host) for host in hosts]
+        check_same_targets(hosts, [(t.hostname, t.port, t.user) for t in targets])
+        return targets
+
+    def try_connect_all(
+        self, hosts: Sequence[Host], then: Callable[[Host], Problem | None] | None = None
+    ) -> dict[str, Problem]:
+        """Connect every host that can be reached; return the problems of the others.
+
+        `then(host)` runs as soon as that host is connected, in the same bounded pool, so a
+        host's next step (starting its agent) never waits for the slowest connection.
+        """
+
+        def one(host: Host, target: SshTarget) -> Problem | None:
+            problem = self._connect_one(host, target)
+            if problem is None and then is not None:
+                problem = then(host)
+            return problem
+
+        # a bad ssh config setting, or one host listed twice, stops everything before any connection
+        targets = self.distinct_targets(hosts)
+        problems: dict[str, Problem] = {}
+        width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:
+            outcomes = list(pool.map(one, hosts, targets))
+        for host, problem in zip(hosts, outcomes, strict=True):
+            if problem is not None:
+                problems[host.key] = problem
+        return problems
+
+    def _connect_one(self, host: Host, target: SshTarget) -> Problem | None:
+        started = time.monotonic()
+        last: Problem | None = None
+        for attempt in range(2):
+            try:
+                client = self._connect(target)
+            except Exception as exc:  # every failure becomes a message naming the host
+                last = describe_connect_error(host, target, exc, self.options)
+                if not _is_transient(exc) or attempt == 1:
+                    return last
+                time.sleep(0.2)
+                continue
+            with self._lock:
+                self.clients[host.key] = client
+                self.connect_times_s[host.key] = time.monotonic() - started
+            return None
+        return last
+
+    def _open_socket(self, target: SshTarget) -> socket.socket | paramiko.Channel:
+        if target.proxy_jump:
+            jump = self._jump_client(target.proxy_jump)
+            transport = jump.get_transport()
+            assert transport is not None
+            return transport.open_channel(
+                "direct-tcpip",
+                (target.hostname, target.port),
+                ("127.0.0.1", 0),
+                timeout=target.connect_timeout_s,
+            )
+        sock = socket.create_connection(
+            (target.hostname, target.port), timeout=target.connect_timeout_s
+        )
+        # paramiko sets no socket options: Nagle + delayed ACK cost ~40 ms per round trip.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _jump_client(self, spec: str) -> paramiko.SSHClient:
+        """The one connection to a ProxyJump host, opened by the first host that needs it.
+
+        A failure is handed to the hosts waiting for that attempt and forgotten, so a retry
+        connects afresh. A hop reached through another hop never waits (a ProxyJump cycle
+        across threads would deadlock): unless that connection is ready, it opens its own.
+        """
+        with self._lock:
+            pending = self._jumps.get(spec)
+            is_first = pending is None
+            if pending is None:
+                pending = self._jumps[spec] = Future()
+        if not is_first:
+            if pending.done() or not getattr(self._jump_depth, "value", 0):
+                return pending.result()
+            client = self._connect_jump(spec)
+            with self._lock:
+                self._spare_jumps.append(client)
+            return client
+        try:
+            client = self._connect_jump(spec)
+        except BaseException as exc:
+            with self._lock:
+                del self._jumps[spec]
+            pending.set_exception(exc)
+            raise
+        pending.set_result(client)
+        return client
+
+    def _connect_jump(self, spec: str) -> paramiko.SSHClient:
+        """The last hop of `spec`, reached through the hops before it (as `ssh -J a,b`)."""
+        *before, last = spec.split(",")
+        user, name, port = split_jump_hop(last)
+        jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
+        target = resolve_target(
+            jump_host, self.config, self.options, proxy_jump=",".join(before) or None
+        )
+        depth = getattr(self._jump_depth, "value", 0)
+        self._jump_depth.value = depth + 1
+        try:
+            return self._connect(target)
+        finally:
+            self._jump_depth.value = depth
+
+    def _connect(self, target: SshTarget) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        for path in target.known_hosts_files:
+            if os.path.exists(path):
+                client.load_system_host_keys(path)
+        accept_new = self.options.accept_new_host_keys or target.strict_host_keys in (
+            "accept-new",
+            "no",
+            "off",
+        )
+        client.set_missing_host_key_policy(_HostKeyPolicy(accept_new, target.known_hosts_files[0]))
+        sock = self._open_socket(target)
+        try:
+            first = None
+            if isinstance(sock, socket.socket):
+                first = _await_first_bytes(sock, target.connect_timeout_s)
+            self._handshake(client, sock, target, first)
+        except BaseException:
+            client.close()
+            sock.close()
+            raise
+        return client
+
+    def _handshake(
+        self,
+        client: paramiko.SSHClient,
+        sock: socket.socket | paramiko.Channel,
+        target: SshTarget,
+        first: bytes | None,
+    ) -> None:
+        try:
+            client.connect(
+                hostname=target.hostname,
+                port=target.port,
+                username=target.user,
+                sock=sock,
+                timeout=target.connect_timeout_s,
+                banner_timeout=target.connect_timeout_s,
+                auth_timeout=target.connect_timeout_s,
+                key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
+                look_for_keys=not target.identity_files,
+                allow_agent=not target.identities_only,
+                passphrase=None,
+                transport_factory=_Transport,  # type: ignore[arg-type]  # stubs lag paramiko
+            )
+        except paramiko.SSHException as exc:
+            failure = _handshake_failure(exc, first, target.connect_timeout_s)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def open_link(self, host: Host, python: str) -> SshLink:
+        client = self.clients[host.key]
+        return SshLink(client, remote_command(python))
+
+    def drop(self, host: Host) -> None:
+        """Abandon a host (lost or partitioned): closing unblocks any reader."""
+        client = self.clients.pop(host.key, None)
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        jumps = [
+            pending.result()
+            for pending in self._jumps.values()
+            if pending.done() and pending.exception() is None
+        ]
+        for client in [*self.clients.values(), *jumps, *self._spare_jumps]:
+            client.close()
+        self.clients.clear()
+        self._jumps.clear()
+        self._spare_jumps.clear()
+
+
+DEFINITE_ERRNOS = (errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Whether another try can help: a definite answer (refused, no banner, not ssh, a key or
+    login refused, no such name or route) stays the same, and a timed-out TCP connect already
+    had the kernel's own SYN retries."""
+    if isinstance(exc, HandshakeFailed):
+        return exc.is_transient
+    definite = (
+        UnknownHostKey,
+        paramiko.BadHostKeyException,
+        paramiko.AuthenticationException,
+        IncompatiblePeer,
+        socket.gaierror,
+        ConnectionRefusedError,
+        TimeoutError,
+    )
+    if isinstance(exc, definite):
+        return False
+    if isinstance(exc, OSError) and exc.errno in DEFINITE_ERRNOS:
+        return False
+    return isinstance(exc, (paramiko.SSHException, OSError, EOFError))
+
+
+def describe_connect_error(
+    host: Host, target: SshTarget, exc: BaseException, options: SshOptions
+) -> Problem:
+    """Turn whatever paramiko or the socket raised into a message that says what to do."""
+    where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
+
+    def grouped(code: str, reason: str, hint: str, group_hint: str, message: str = "") -> Problem:
+        """A problem that prints as one line with every other host failing for `reason`."""
+        return Problem(
+            message or f"{where}: {reason}",
+            host=host.name,
+            hint=hint,
+            code=code,
+            reason=reason,
+            subject=where,
+            group_hint=group_hint,
+        )
+
+    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
+        return grouped(
+            "not_ssh",
+            f"not an ssh server: {exc.reason}",
+            f"check the port: is {target.port} where sshd listens on {host.name}? "
+            "(host:port in the hosts file, or Port in your ssh config)",
+            "check the ports: are they where sshd listens on these hosts? "
+            "(host:port in the hosts file, or Port in your ssh config)",
+            message=f"{where} is not an ssh server: {exc.reason}",
+        )
+    if isinstance(exc, HandshakeFailed):
+        return grouped(
+            "handshake",
+            exc.reason,
+            f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
+            "client (sshd's log says why); --debug shows the ssh exchange",
+            "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
+            "client (sshd's log says why); --debug shows the ssh exchange",
+        )
+    if isinstance(exc, UnknownHostKey):
+        entry = known_hosts_entry(target.hostname, target.port)
+        return Problem(
+            f"{where}: unknown host key {exc.key.get_name()} {fingerprint(exc.key)} "
+            f"(not in {target.known_hosts_files[0]})",
+            host=host.name,
+            code="host_key_unknown",
+            hint=f"check the fingerprint, then rerun with --accept-new-host-keys to record it "
+            f"(or: ssh-keyscan -p {target.port} {target.hostname} >> "
+            f"{target.known_hosts_files[0]}); entry name: {entry}",
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        entry = known_hosts_entry(target.hostname, target.port)
+        return Problem(
+            f"{where}: HOST KEY CHANGED: it presents {exc.key.get_name()} "
+            f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}; "
+            "this can be a man-in-the-middle attack, so dtrain will not connect",
+            host=host.name,
+            code="host_key_changed",
+            hint=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{entry}' "
+            f"-f {target.known_hosts_files[0]}",
+        )
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return Problem(
+            f"{where}: the ssh key is protected by a passphrase and dtrain never prompts",
+            host=host.name,
+            code="auth_passphrase",
+            hint="load the key into ssh-agent first (eval $(ssh-agent); ssh-add KEY)",
+        )
+    if isinstance(exc, paramiko.BadAuthenticationType):
+        allowed = ", ".join(exc.allowed_types) or "none"
+        return Problem(
+            f"{where}: the server accepts only {allowed} logins as {target.user}; dtrain uses "
+            "keys and never asks for a password",
+            host=host.name,
+            code="auth_password_only",
+            hint=f"install your public key on {host.name}: ssh-copy-id -p {target.port} "
+            f"{target.user}@{target.hostname}",
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        tried = ", ".join(target.identity_files) or "ssh-agent and ~/.ssh/id_*"
+        return grouped(
+            "auth_failed",
+            f"the server refused our keys as user {target.user} (tried {tried})",
+            f"add your public key to ~{target.user}/.ssh/authorized_keys on {host.name} "
+            f"(ssh-copy-id -p {target.port} {target.user}@{target.hostname}); dtrain never "
+            "asks for a password",
+            f"add your public key to ~{target.user}/.ssh/authorized_keys on each of them "
+            "(ssh-copy-id); dtrain never asks for a password",
+        )
+    if isinstance(exc, socket.gaierror):
+        hint = "check the name in the hosts file, or give it a HostName in your ssh config"
+        return grouped(
+            "dns",
+            f"cannot resolve host name: {exc.strerror}",
+            hint,
+            "check the names in the hosts file, or give them a HostName in your ssh config",
+            message=f"{host.name}: cannot resolve host name {target.hostname}: {exc.strerror}",
+        )
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return grouped(
+            "timeout",
+            f"connection timed out after {target.connect_timeout_s:g}s",
+            f"check that {host.name} is up and that port {target.port} is open",
+            "check that these hosts are up and that their ssh port is open",
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return grouped(
+            "refused",
+            "connection refused",
+            f"is sshd running on {host.name} and listening on port {target.port}?",
+            "is sshd running on these hosts and listening on the port shown?",
+        )
+    return grouped(
+        "connect",
+        f"{type(exc).__name__}: {exc}",
+        f"--debug shows the ssh exchange; `ssh -p {target.port} {target.user}@"
+        f"{target.hostname} true` shows what OpenSSH makes of {host.name}",
+        "--debug shows the ssh exchange; `ssh HOST true` shows what OpenSSH makes of a host",
+    )
+
+
+class SshLink:
+    """The agent on one exec channel of the host's shared connection."""
+
+    def __init__(self, client: paramiko.SSHClient, command: str) -> None:
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectionError("the ssh connection is closed")
+        self.channel = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT_S)
+        self.channel.exec_command(command)
+        self._stderr = bytearray()
+        self.send(agent_payload())
+
+    def send(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        data = self.channel.recv(size)
+        self._collect_stderr()
+        if not data:
+            # The exit status and final stderr arrive around EOF: collect them before we report.
+            deadline = time.monotonic() + 0.5
+            while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self._collect_stderr()
+        return data
+
+    def _collect_stderr(self) -> None:
+        while self.channel.recv_stderr_ready():
+            chunk = self.channel.recv_stderr(65536)
+            if not chunk:
+                break
+            self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
+
+    def stderr_text(self) -> str:
+        self._collect_stderr()
+        return self._stderr.decode("utf-8", "replace")
+
+    def close_input(self) -> None:
+        if not self.channel.closed:
+            self.channel.shutdown_write()
+
+    def close(self) -> None:
+        self.channel.close()

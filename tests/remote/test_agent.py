@@ -1,0 +1,232 @@
+"""The agent on its own, through a real local agent process: protocol, cleanup, byte-exactness."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dtrain.agents.session import AgentEvent, AgentSession, LinkClosed
+from dtrain.plan.hosts import local_host
+from dtrain.remote import proto
+from dtrain.transport.bootstrap import LocalLink
+from tests.conftest import PYTHON, SESSION, SESSION_VAR, job_pids, program, wait_gone
+
+
+class Agent:
+    """A local agent and the events it sends, for driving it by hand."""
+
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.session = AgentSession(local_host("here"), LocalLink(), self.events)
+        self.next_job = 0
+
+    def hello(self, **fields: Any) -> dict[str, Any]:
+        return self.session.request("hello", 10, **fields)
+
+    def run(self, tasks: list[dict[str, Any]], **fields: Any) -> str:
+        self.next_job += 1
+        job = f"agent-test-{os.getpid()}-{self.next_job}"
+        for task in tasks:
+            task.setdefault("cwd", os.getcwd())
+            task["env"] = {
+                "DTRAIN_JOB_ID": job,
+                "DTRAIN_TASK": task["name"],
+                SESSION_VAR: SESSION,
+                **task.get("env", {}),
+            }
+        self.session.request("launch", 10, job_id=job, tasks=tasks, **fields)
+        self.session.request("start", 10)
+        return job
+
+    def collect(self, count_exits: int, timeout_s: float = 20) -> list[AgentEvent]:
+        """Events until `count_exits` EXITED frames arrived."""
+        events: list[AgentEvent] = []
+        exits = 0
+        deadline = time.monotonic() + timeout_s
+        while exits < count_exits:
+            event = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            if isinstance(event, LinkClosed):
+                break
+            events.append(event)
+            exits += event.kind == proto.EXITED
+        return events
+
+    def close(self) -> None:
+        self.session.close()
+
+
+@pytest.fixture
+def agent() -> Iterator[Agent]:
+    a = Agent()
+    yield a
+    a.close()
+
+
+def output_of(events: list[AgentEvent], task: int, kind: int = proto.STDOUT) -> bytes:
+    return b"".join(e.payload for e in events if e.task == task and e.kind == kind)
+
+
+def exits(events: list[AgentEvent]) -> dict[int, dict[str, Any]]:
+    return {e.task: e.json() for e in events if e.kind == proto.EXITED}
+
+
+def test_hello_reports_the_facts_planning_needs(agent: Agent) -> None:
+    facts = agent.hello(ports=3)
+    assert facts["ok"] is True
+    assert len(set(facts["free_ports"])) == 3
+    assert facts["interfaces"]["lo"] == "127.0.0.1"
+    assert facts["python"].count(".") == 2
+    assert facts["pid"] != os.getpid()
+
+
+def test_runs_tasks_relays_output_and_exit_codes(agent: Agent) -> None:
+    agent.run(
+        [
+            {"id": 0, "name": "a", "argv": [PYTHON, program("exit_with.py"), "0"]},
+            {"id": 1, "name": "b", "argv": [PYTHON, program("exit_with.py"), "4"]},
+        ]
+    )
+    events = agent.collect(2)
+    assert output_of(events, 0) == b"exiting with 0\n"
+    assert output_of(events, 1, proto.STDERR) == b"stderr line before exit 4\n"
+    assert exits(events)[0]["code"] == 0
+    assert exits(events)[1]["code"] == 4
+    assert not exits(events)[1]["stopped_by_agent"]
+    kinds = [e.kind for e in events if e.task == 0]
+    assert kinds[0] == proto.STARTED and kinds[-1] == proto.EXITED
+
+
+def test_large_output_arrives_complete_and_in_order(agent: Agent) -> None:
+    agent.run([{"id": 0, "name": "a", "argv": [PYTHON, program("write_lots.py"), "20"]}])
+    data = output_of(agent.collect(1, timeout_s=60), 0)
+    lines = data.split(b"\n")[:-1]
+    assert len(lines) == int(20 * 1024 * 1024 / 100)
+    assert all(line.startswith(f"{i:08d} ".encode()) for i, line in enumerate(lines))
+
+
+def test_stop_terms_then_kills_after_the_grace(agent: Agent) -> None:
+    agent.run(
+        [
+            {"id": 0, "name": "a", "argv": [PYTHON, program("sleep_forever.py")]},
+            {"id": 1, "name": "b", "argv": [PYTHON, program("ignore_sigterm.py")]},
+        ],
+        grace_s=0.5,
+    )
+    time.sleep(0.5)
+    agent.session.stop(0.5)
+    result = exits(agent.collect(2))
+    assert result[0]["signal"] == signal.SIGTERM and result[0]["stopped_by_agent"]
+    assert result[1]["signal"] == signal.SIGKILL and result[1]["stopped_by_agent"]
+
+
+def test_unknown_command_and_missing_workdir_are_refused_before_start(agent: Agent) -> None:
+    with pytest.raises(Exception, match="command not found: nope-not-here"):
+        agent.session.request(
+            "launch",
+            10,
+            job_id="x",
+            tasks=[{"id": 0, "name": "a", "argv": ["nope-not-here"], "env": {}, "cwd": "/"}],
+        )
+    with pytest.raises(Exception, match="working directory /no/such/dir does not exist"):
+        agent.session.request(
+            "launch",
+            10,
+            job_id="x",
+            tasks=[{"id": 0, "name": "a", "argv": ["true"], "env": {}, "cwd": "/no/such/dir"}],
+        )
+
+
+def test_closed_stream_stops_every_task_and_the_agent_exits() -> None:
+    a = Agent()
+    job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("spawn_tree.py")]}], grace_s=1)
+    time.sleep(1.0)
+    pids = job_pids(job)
+    assert len(pids) == 5  # leader, child, escaped, middle, grandchild
+    a.session.link.close_input()
+    assert wait_gone(pids, 3) == []
+    assert a.session.wait_closed(5)
+    a.close()
+
+
+def test_silent_launcher_past_the_lease_stops_every_task() -> None:
+    a = Agent()
+    a.hello(heartbeat_s=0.2, lease_s=1.0, grace_s=0.5)
+    job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("ignore_sigterm.py")]}])
+    time.sleep(0.3)
+    pids = job_pids(job)
+    assert pids
+    started = time.monotonic()
+    assert wait_gone(pids, 5) == []  # no heartbeat is ever sent here
+    assert time.monotonic() - started < 1.0 + 0.5 + 1.5
+    a.close()
+
+
+def test_agent_killed_outright_still_takes_its_task_leaders_down() -> None:
+    a = Agent()
+    job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("sleep_forever.py")]}])
+    time.sleep(0.3)
+    pids = job_pids(job)
+    link = a.session.link
+    assert isinstance(link, LocalLink)
+    os.kill(link.proc.pid, signal.SIGKILL)
+    assert wait_gone(pids, 3) == []
+    a.close()
+
+
+def test_scan_and_kill_find_tagged_processes_but_not_the_agent_itself(agent: Agent) -> None:
+    job = agent.run([{"id": 0, "name": "a", "argv": [PYTHON, program("spawn_tree.py")]}])
+    time.sleep(1.0)
+    scanned = agent.session.request("scan", 10, job=job)
+    pids = {p["pid"] for p in scanned["processes"]}
+    assert len(pids) == 5
+    link = agent.session.link
+    assert isinstance(link, LocalLink)
+    assert link.proc.pid not in pids
+    killed = agent.session.request("kill", 10, job=job, grace_s=1)
+    assert sorted(killed["term"] + killed["kill"]) == sorted(pids)
+    assert killed["survivors"] == []
+
+
+env_text = st.text(
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=60
+)
+_shared: list[Agent] = []
+
+
+def shared_agent() -> Agent:
+    if not _shared:
+        _shared.append(Agent())
+    return _shared[0]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=env_text, args=st.lists(env_text, max_size=4))
+def test_env_values_and_arguments_arrive_byte_exact(value: str, args: list[str]) -> None:
+    a = shared_agent()
+    a.run(
+        [
+            {
+                "id": 0,
+                "name": "probe",
+                "argv": [PYTHON, program("print_env.py"), "PROBE_VALUE", *args],
+                "env": {"PROBE_VALUE": value},
+            }
+        ]
+    )
+    document = json.loads(output_of(a.collect(1), 0))
+    assert document["env"] == {"PROBE_VALUE": value}
+    assert document["argv"] == ["PROBE_VALUE", *args]
+
+
+def teardown_module() -> None:
+    for a in _shared:
+        a.close()

@@ -1,0 +1,235 @@
+"""What `dtrain` says when a host's port answers, but not as an ssh server, and which failures
+it tries again.
+
+Real listeners on 127.0.0.1 stand in for the wrong port: each counts the connections it
+accepts, so a retry shows as a second connection (no timing in any assertion).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from dtrain.errors import ExitCode
+from dtrain.transport.ssh import HandshakeFailed, IncompatiblePeer, UnknownHostKey, _is_transient
+from tests.conftest import run_dtrain
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that answers every connection with `greeting`, then holds
+    it open (or closes it, with `close_after`). Never speaks ssh."""
+
+    def __init__(self, greeting: bytes = b"", close_after: bool = False) -> None:
+        self.greeting = greeting
+        self.close_after = close_after
+        self.accepted = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port: int = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            if self.greeting:
+                conn.sendall(self.greeting)
+            if self.close_after:
+                conn.close()
+            else:
+                self.held.append(conn)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=5)
+        for conn in self.held:
+            conn.close()
+        self.server.close()
+
+
+@pytest.fixture
+def listener_factory() -> Iterator[type[Listener]]:
+    started: list[Listener] = []
+
+    class Started(Listener):
+        def __init__(self, greeting: bytes = b"", close_after: bool = False) -> None:
+            super().__init__(greeting, close_after)
+            started.append(self)
+
+    yield Started
+    for listener in started:
+        listener.stop()
+
+
+def launch_on(tmp_path: Path, port: int, *extra: str) -> tuple[int, list[str]]:
+    (tmp_path / "hosts").write_text(f"127.0.0.1:{port}\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "/dev/null", *extra, "--", "true"]
+    result = run_dtrain(args, tmp_path, timeout_s=60)
+    assert result.stdout == ""
+    return result.returncode, result.stderr.splitlines()
+
+
+HINT = (
+    "    hint: check the port: is {port} where sshd listens on 127.0.0.1? "
+    "(host:port in the hosts file, or Port in your ssh config)"
+)
+
+
+def test_a_silent_port_is_one_line_no_retry(
+    tmp_path: Path, listener_factory: type[Listener]
+) -> None:
+    silent = listener_factory()
+    code, lines = launch_on(tmp_path, silent.port, "--connect-timeout", "1")
+    assert code == ExitCode.ENVIRONMENT
+    assert lines == [
+        "dtrain: cannot reach 1 of 1 host; nothing was started",
+        f"  127.0.0.1:{silent.port} is not an ssh server: no SSH banner within 1 s",
+        HINT.format(port=silent.port),
+    ]
+    assert silent.accepted == 1
+
+
+@pytest.mark.parametrize("close_after", [False, True])
+def test_a_port_that_speaks_another_protocol_is_quoted(
+    tmp_path: Path, listener_factory: type[Listener], close_after: bool
+) -> None:
+    web = listener_factory(b"HTTP/1.1 400 Bad Request\r\n\r\n", close_after=close_after)
+    code, lines = launch_on(tmp_path, web.port)
+    assert code == ExitCode.ENVIRONMENT
+    assert lines[1:] == [
+        f'  127.0.0.1:{web.port} is not an ssh server: it answered "HTTP/1.1 400 Bad Request" '
+        "instead of an SSH banner",
+        HINT.format(port=web.port),
+    ]
+    assert web.accepted == 1
+
+
+def test_a_connection_closed_before_the_banner_is_tried_again(
+    tmp_path: Path, listener_factory: type[Listener]
+) -> None:
+    """sshd drops connections beyond MaxStartups this way: a second try can succeed."""
+    dropping = listener_factory(close_after=True)
+    code, lines = launch_on(tmp_path, dropping.port)
+    assert code == ExitCode.ENVIRONMENT
+    assert lines[1] == (
+        f"  127.0.0.1:{dropping.port}: the server closed the connection before its SSH banner"
+    )
+    assert dropping.accepted == 2
+
+
+def test_paramiko_logs_only_with_debug(tmp_path: Path, listener_factory: type[Listener]) -> None:
+    web = listener_factory(b"HTTP/1.1 400 Bad Request\r\n\r\n", close_after=True)
+    (tmp_path / "hosts").write_text(f"127.0.0.1:{web.port}\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "/dev/null", "--", "true"]
+    quiet = run_dtrain(args, tmp_path, timeout_s=60)
+    assert "paramiko" not in quiet.stderr and "Traceback" not in quiet.stderr
+    debug = run_dtrain(["--debug", *args], tmp_path, timeout_s=60)
+    assert "dtrain: paramiko.transport: " in debug.stderr
+
+
+def refused() -> OSError:
+    return ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (refused(), False),
+        (TimeoutError("timed out"), False),
+        (socket.gaierror(-2, "Name or service not known"), False),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), False),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), False),
+        (paramiko.AuthenticationException("no"), False),
+        (paramiko.BadAuthenticationType("no", ["password"]), False),
+        (paramiko.PasswordRequiredException("passphrase"), False),
+        (IncompatiblePeer("Incompatible version (1.5 instead of 2.0)"), False),
+        (HandshakeFailed("no SSH banner within 10 s", is_ssh=False), False),
+        (HandshakeFailed("closed", is_ssh=True, is_transient=True), True),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), True),
+        (EOFError(), True),
+        (paramiko.SSHException("Error reading SSH protocol banner"), True),
+        (paramiko.ChannelException(2, "Connect failed"), True),
+    ],
+)
+def test_only_what_can_change_is_tried_again(exc: BaseException, transient: bool) -> None:
+    assert _is_transient(exc) is transient
+
+
+def test_an_unknown_host_key_is_definite() -> None:
+    key = paramiko.RSAKey.generate(1024)
+    assert _is_transient(UnknownHostKey("h", key)) is False
+
+
+def test_doctor_names_the_wrong_port_and_never_says_to_run_doctor(
+    tmp_path: Path, listener_factory: type[Listener]
+) -> None:
+    silent = listener_factory()
+    (tmp_path / "hosts").write_text(f"127.0.0.1:{silent.port}\n")
+    args = ["doctor", "-H", "hosts", "--ssh-config", "/dev/null", "--connect-timeout", "1"]
+    result = run_dtrain(args, tmp_path, timeout_s=60)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    finding = f"FAIL 127.0.0.1 ssh: 127.0.0.1:{silent.port} is not an ssh server: "
+    assert finding + "no SSH banner within 1 s" in result.stdout
+    assert "dtrain doctor" not in result.stdout
+    assert "paramiko" not in result.stderr
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port bound on every address but never listening: connecting anywhere is refused,
+    and nothing else can take it while the test runs."""
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        yield held.getsockname()[1]
+
+
+def test_many_refused_hosts_print_one_line_and_keep_one_json_error_each(
+    tmp_path: Path, closed_port: int
+) -> None:
+    names = [f"127.3.0.{i}" for i in range(1, 41)]
+    (tmp_path / "hosts").write_text("".join(f"{name}:{closed_port}\n" for name in names))
+    args = ["launch", "-n", "40", "-H", "hosts", "--ssh-config", "/dev/null", "--", "true"]
+    result = run_dtrain(args, tmp_path, timeout_s=60)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    assert result.stderr.splitlines() == [
+        "dtrain: cannot reach 40 of 40 hosts; nothing was started",
+        f"  40 hosts: connection refused: 127.3.0.1:{closed_port}, 127.3.0.2:{closed_port}, "
+        f"127.3.0.3:{closed_port} and 37 more",
+        "    hint: is sshd running on these hosts and listening on the port shown?",
+    ]
+    document = json.loads(run_dtrain([*args[:1], "--json", *args[1:]], tmp_path).stdout)
+    assert [e["host"] for e in document["errors"]] == names
+    assert {e["code"] for e in document["errors"]} == {"refused"}
+    assert document["errors"][0]["message"] == f"127.3.0.1:{closed_port}: connection refused"
+
+
+def test_doctor_prints_one_finding_for_hosts_refused_alike(
+    tmp_path: Path, closed_port: int
+) -> None:
+    names = [f"127.3.0.{i}" for i in range(1, 41)]
+    (tmp_path / "hosts").write_text("".join(f"{name}:{closed_port}\n" for name in names))
+    args = ["doctor", "-H", "hosts", "--ssh-config", "/dev/null"]
+    result = run_dtrain(args, tmp_path, timeout_s=60)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    findings = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert findings == [
+        f"FAIL ssh: 40 hosts: connection refused: 127.3.0.1:{closed_port}, "
+        f"127.3.0.2:{closed_port}, 127.3.0.3:{closed_port} and 37 more"
+    ]
+    document = json.loads(run_dtrain([*args, "--json"], tmp_path, timeout_s=60).stdout)
+    failed = [r["host"] for r in document["data"]["results"] if r["status"] == "fail"]
+    assert failed == names
+    assert len(document["errors"]) == 40

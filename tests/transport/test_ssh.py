@@ -1,0 +1,259 @@
+"""How dtrain reads OpenSSH client config, and how it refuses a broken one before connecting.
+
+No network: every case here resolves settings or fails before the first connection. Reaching
+hosts through these settings is tested on the cluster (tests/cluster/test_launch_ssh.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dtrain.errors import ExitCode, UsageError
+from dtrain.plan.hosts import Host
+from dtrain.transport.bootstrap import SshOptions
+from dtrain.transport.ssh import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    SshTarget,
+    SshTransport,
+    jump_chain,
+    split_jump_hop,
+)
+from tests.conftest import run_dtrain
+
+CONFIG = """\
+Host node*
+  HostName 127.0.0.9
+  User trainer
+  Port 2222
+  IdentityFile ~/keys/id_node
+  IdentitiesOnly yes
+  UserKnownHostsFile /etc/cluster/known_hosts
+  StrictHostKeyChecking accept-new
+  ConnectTimeout 3
+  ProxyJump gate@bastion:2200
+"""
+
+
+def transport_for(tmp_path: Path, text: str, timeout_s: float | None = None) -> SshTransport:
+    config = tmp_path / "ssh_config"
+    config.write_text(text)
+    options = SshOptions(
+        config_file=str(config), connect_timeout_s=timeout_s, user_config_dir=str(tmp_path)
+    )
+    return SshTransport(options)
+
+
+def test_every_supported_setting_is_read_for_a_matching_alias(tmp_path: Path) -> None:
+    target = transport_for(tmp_path, CONFIG).target(Host(name="node1"))
+    assert (target.hostname, target.port, target.user) == ("127.0.0.9", 2222, "trainer")
+    assert target.identity_files == (str(Path("~/keys/id_node").expanduser()),)
+    assert target.identities_only is True
+    assert target.known_hosts_files == ("/etc/cluster/known_hosts", "/etc/ssh/ssh_known_hosts")
+    assert target.strict_host_keys == "accept-new"
+    assert target.connect_timeout_s == 3.0
+    assert target.proxy_jump == "gate@bastion:2200"
+
+
+def test_the_hosts_file_and_the_flag_win_over_the_config(tmp_path: Path) -> None:
+    transport = transport_for(tmp_path, CONFIG, timeout_s=0.5)
+    target = transport.target(Host(name="node1", user="me", port=2022))
+    assert (target.user, target.port, target.connect_timeout_s) == ("me", 2022, 0.5)
+
+
+def test_an_unmatched_host_gets_openssh_defaults(tmp_path: Path) -> None:
+    target = transport_for(tmp_path, CONFIG).target(Host(name="127.0.0.2"))
+    assert (target.hostname, target.port, target.proxy_jump) == ("127.0.0.2", 22, None)
+    assert target.connect_timeout_s == DEFAULT_CONNECT_TIMEOUT_S
+    assert target.strict_host_keys == "ask"
+    assert target.known_hosts_files[0] == str(tmp_path / "known_hosts")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("Port abc", 'sets Port "abc" for host node1, which is not a port (1-65535)'),
+        ("Port 70000", 'sets Port "70000" for host node1, which is not a port (1-65535)'),
+        ("Port 0", 'sets Port "0" for host node1, which is not a port (1-65535)'),
+        ("ConnectTimeout soon", "which is not a positive number of seconds"),
+        ("ProxyJump gate:ssh", 'sets ProxyJump "gate:ssh" for host node1: "ssh" is not a port'),
+    ],
+)
+def test_a_bad_value_names_the_file_the_host_and_the_value(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    transport = transport_for(tmp_path, f"Host node1\n  {line}\n")
+    with pytest.raises(UsageError) as caught:
+        transport.target(Host(name="node1"))
+    assert message in str(caught.value)
+    assert str(tmp_path / "ssh_config") in str(caught.value)
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+def test_an_unparsable_line_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"ssh_config: Unparsable line Port"):
+        transport_for(tmp_path, "Host node1\n  HostName 127.0.0.2\n  Port\n")
+
+
+def test_the_default_configs_are_named_one_by_one(tmp_path: Path) -> None:
+    (tmp_path / "config").write_text("Host *\n  User\n")
+    with pytest.raises(UsageError, match=rf"ssh config {tmp_path}/config: Unparsable line User"):
+        SshTransport(SshOptions(user_config_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("command", [["launch", "-n", "1"], ["doctor"], ["ps"], ["kill"]])
+def test_every_command_refuses_a_broken_config_before_connecting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "hosts").write_text("127.0.0.2\n")
+    (tmp_path / "cfg").write_text("Host 127.0.0.2\n  Port ssh\n")
+    tail = ["--", "true"] if command[0] in ("launch", "doctor") else []
+    args = [*command, "-H", "hosts", "--ssh-config", "cfg", *tail]
+    result = run_dtrain(args, tmp_path, timeout_s=30)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.startswith('dtrain: ssh config cfg sets Port "ssh" for host 127.0.0.2')
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("hop", "parts"),
+    [
+        ("bastion", ("", "bastion", "")),
+        ("gate@bastion:2200", ("gate", "bastion", "2200")),
+        ("[fd00::1]:2200", ("", "fd00::1", "2200")),
+        ("me@[fd00::1]", ("me", "fd00::1", "")),
+    ],
+)
+def test_proxy_jump_hops_split_like_openssh(hop: str, parts: tuple[str, str, str]) -> None:
+    assert split_jump_hop(hop) == parts
+
+
+class FakeClient:
+    """Stands in for a connection: the sharing of jump hosts is logic, not network."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_hosts_behind_one_proxyjump_share_one_connection_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transport = transport_for(tmp_path, "Host node*\n  ProxyJump gate@bastion:2200\n")
+    opened: list[FakeClient] = []
+    lock = threading.Lock()
+
+    def fake_connect(target: SshTarget) -> FakeClient:
+        if target.proxy_jump:  # a host behind the jump: reach it through the shared client
+            transport._jump_client(target.proxy_jump)
+            return FakeClient(target.hostname)
+        time.sleep(0.05)  # the jump host: slow enough that every host asks while it connects
+        client = FakeClient(target.hostname)
+        with lock:
+            opened.append(client)
+        return client
+
+    monkeypatch.setattr(transport, "_connect", fake_connect)
+    hosts = [Host(name=f"node{i}") for i in range(8)]
+    assert transport.try_connect_all(hosts) == {}
+    assert [client.name for client in opened] == ["bastion"]
+    transport.close()
+    assert opened[0].closed
+
+
+@pytest.mark.parametrize(
+    ("config", "path"),
+    [
+        ("Host node1\n  ProxyJump node1\n", "node1 -> node1"),
+        ("Host node1\n  ProxyJump gate\nHost gate\n  ProxyJump node1\n", "node1 -> gate -> node1"),
+        (
+            "Host node1\n  ProxyJump a\nHost a\n  ProxyJump b\nHost b\n  ProxyJump a\n",
+            "node1 -> a -> b -> a",
+        ),
+        ("Host *\n  ProxyJump bastion\n", "node1 -> bastion -> bastion"),
+        ("Host node1\n  ProxyJump a,b,a\n", "node1 -> a -> b -> a"),
+    ],
+)
+def test_a_proxyjump_loop_is_an_error_naming_the_chain(
+    tmp_path: Path, config: str, path: str
+) -> None:
+    transport = transport_for(tmp_path, config)
+    with pytest.raises(UsageError) as caught:
+        transport.target(Host(name="node1"))
+    assert f"ProxyJump loops: {path} (each reached through the next)" in str(caught.value)
+    assert caught.value.exit_code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(
+    ("config", "chain"),
+    [
+        ("Host node1\n  ProxyJump gate\n", ["gate"]),
+        ("Host node1\n  ProxyJump a,b\nHost a\n  ProxyJump c\n", ["b", "a", "c"]),
+        ("Host node1\n  ProxyJump a,b\nHost b\n  ProxyJump node1\n", ["b", "a"]),  # b's own unused
+        ("Host * !bastion\n  ProxyJump bastion\n", ["bastion"]),
+        ("Host node1\n  ProxyJump none\n", []),
+        ("Host node1\n  ProxyJump gate,node1:2222\n", ["node1", "gate"]),  # another sshd
+    ],
+)
+def test_the_jump_chain_follows_openssh(tmp_path: Path, config: str, chain: list[str]) -> None:
+    transport = transport_for(tmp_path, config)
+    assert jump_chain("node1", transport.config, transport.options) == chain
+
+
+@pytest.mark.parametrize(
+    ("jump", "problem"),
+    [
+        ("[::1", '"[::1" lacks the "]" that closes its address'),
+        ("me@[fd00::1:2200", '"me@[fd00::1:2200" lacks the "]" that closes its address'),
+        ("gate,,b", '"" names no host'),
+        ("[::1]:x", '"x" is not a port'),
+    ],
+)
+def test_a_malformed_proxyjump_hop_says_what_is_wrong(
+    tmp_path: Path, jump: str, problem: str
+) -> None:
+    transport = transport_for(tmp_path, f"Host node1\n  ProxyJump {jump}\n")
+    with pytest.raises(UsageError) as caught:
+        transport.target(Host(name="node1"))
+    assert f'sets ProxyJump "{jump}" for host node1: {problem}' in str(caught.value)
+
+
+def test_a_proxyjump_loop_stops_launch_before_connecting(tmp_path: Path) -> None:
+    (tmp_path / "hosts").write_text("127.0.0.2\n")
+    (tmp_path / "cfg").write_text(
+        "Host 127.0.0.2\n  ProxyJump gate\nHost gate\n  ProxyJump 127.0.0.2\n"
+    )
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "cfg", "--", "true"]
+    result = run_dtrain(args, tmp_path, timeout_s=30)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "dtrain: ssh config cfg: ProxyJump loops: 127.0.0.2 -> gate -> 127.0.0.2 "
+        "(each reached through the next)"
+    )
+    assert "Recursion" not in result.stderr and result.stdout == ""
+
+
+def test_each_hop_of_a_proxyjump_chain_is_reached_through_the_hops_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ProxyJump a,b` goes through a to b, whatever b's own ProxyJump says (as `ssh -J a,b`)."""
+    transport = transport_for(tmp_path, "Host node1\n  ProxyJump a,b\nHost b\n  ProxyJump node1\n")
+    connected: list[tuple[str, str | None]] = []
+
+    def fake_connect(target: SshTarget) -> FakeClient:
+        connected.append((target.hostname, target.proxy_jump))
+        if target.proxy_jump:
+            transport._jump_client(target.proxy_jump)
+        return FakeClient(target.hostname)
+
+    monkeypatch.setattr(transport, "_connect", fake_connect)
+    assert transport.try_connect_all([Host(name="node1")]) == {}
+    assert connected == [("node1", "a,b"), ("b", "a"), ("a", None)]
+    transport.close()
