@@ -28,7 +28,8 @@ def _timed(step: Any) -> tuple[float, float, Any]:
 def per_connection(hosts: Sequence[str], ssh_config: Path, reps: int) -> dict[str, Any]:
     """Median wall and CPU of each step against the first host, and parallel connects."""
     from dtrain.plan.hosts import Host
-    from dtrain.transport.bootstrap import SshOptions, agent_payload
+    from dtrain.transport.bootstrap import agent_payload
+    from dtrain.transport.options import SshOptions
 
     agent_payload()  # compressed once per process; not a per-host cost
     options = SshOptions(config_file=str(ssh_config))

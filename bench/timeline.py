@@ -35,6 +35,7 @@ def main() -> None:
     import dtrain.transport.ssh
 
     mark("import paramiko (dtrain.transport.ssh)", started, time.time())
+    from dtrain.agents import group
     from dtrain.launch import lifecycle, supervise
     from dtrain.plan import planner
 
@@ -56,7 +57,7 @@ def main() -> None:
         "try_connect_all",
         "ssh connect+auth and agents, all hosts (pool)",
     )
-    wrap(lifecycle.Hosts, "open", "connect + open agent channels")
+    wrap(group.Hosts, "open", "connect + open agent channels")
     wrap(lifecycle, "gather_facts", "agents boot and answer hello")
     wrap(planner, "plan_job", "plan")
     wrap(lifecycle.Launch, "_prepare_log_dir", "log dir")

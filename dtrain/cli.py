@@ -31,7 +31,8 @@ from dtrain.launch.sync import DEFAULT_EXCLUDES
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host, local_host, parse_hosts
 from dtrain.plan.spec import Framework, JobPlan, Role, TaskSpec
-from dtrain.transport.bootstrap import SshOptions, local_hostname
+from dtrain.transport.machine import local_hostname
+from dtrain.transport.options import SshOptions
 
 if TYPE_CHECKING:
     from dtrain.processes import results

@@ -18,30 +18,11 @@ from typing import Any, Protocol, TypeVar
 from dtrain.errors import RemoteError
 from dtrain.plan.hosts import Host
 from dtrain.remote import proto
+from dtrain.transport.link import Link
 
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
-
-
-class Link(Protocol):
-    """A byte stream to one agent, whatever carries it."""
-
-    def send(self, data: bytes) -> None: ...
-
-    def recv(self, size: int) -> bytes:
-        """Blocking read; b"" at end of stream."""
-        ...
-
-    def stderr_text(self) -> str:
-        """What the agent (or the shell that started it) printed to stderr so far."""
-        ...
-
-    def close_input(self) -> None:
-        """End of stream towards the agent: it stops every task and exits."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -299,3 +280,10 @@ def request_all(
 
     in_parallel(sessions, ask)
     return results
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """A signal to dtrain itself, delivered through the event queue."""
+
+    signum: int

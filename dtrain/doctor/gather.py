@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dtrain.agents.group import Hosts
 from dtrain.agents.session import AgentSession, in_parallel
 from dtrain.doctor import parity
 from dtrain.doctor.judge import (
@@ -30,11 +31,12 @@ from dtrain.doctor.judge import (
     judge,
 )
 from dtrain.errors import Problem, RemoteError
-from dtrain.launch.lifecycle import Hosts, _local_address
+from dtrain.launch.lifecycle import _local_address
 from dtrain.plan.hosts import Host, local_host
 from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
-from dtrain.transport.bootstrap import SshOptions, local_free_ports, local_hostname
+from dtrain.transport.machine import local_free_ports, local_hostname
+from dtrain.transport.options import SshOptions
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from dtrain.agents.session import AgentEvent, AgentSession, Event, LinkClosed
+from dtrain.agents.session import AgentEvent, AgentSession, Event, Interrupt, LinkClosed
 from dtrain.launch.joblog import TaskLog
 from dtrain.launch.results import JobResult, JobState, TaskExit, signal_name
 from dtrain.plan.spec import JobPlan, TaskSpec
@@ -34,13 +34,6 @@ STDERR_TAIL_BYTES = 16384
 KILL_AFTER_GRACE_S = 2.0  # after the grace, KILL what did not report an exit
 GIVE_UP_AFTER_KILL_S = 3.0  # after that, stop waiting for a host that does not answer
 POLL_S = 0.2  # the longest the loop waits for an event before checking its timers
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """A signal to dtrain itself, delivered through the event queue."""
-
-    signum: int
 
 
 class Console(Protocol):

@@ -15,12 +15,13 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from dtrain.agents.group import Hosts
 from dtrain.agents.session import AgentSession, request_all
 from dtrain.errors import Problem, RemoteError
-from dtrain.launch.lifecycle import Hosts
 from dtrain.plan.hosts import Host, local_host
 from dtrain.processes.results import HostKill, HostScan, JobProcess, Survivor
-from dtrain.transport.bootstrap import SshOptions, local_hostname
+from dtrain.transport.machine import local_hostname
+from dtrain.transport.options import SshOptions
 
 __all__ = [
     "HostKill",

@@ -26,7 +26,8 @@ import paramiko
 
 from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
-from dtrain.transport.bootstrap import SshOptions, agent_payload, remote_command
+from dtrain.transport.bootstrap import agent_payload, remote_command
+from dtrain.transport.options import SshOptions
 
 logger = logging.getLogger(__name__)
 

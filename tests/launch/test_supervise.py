@@ -17,14 +17,20 @@ from typing import Any, cast
 
 import pytest
 
-from dtrain.agents.session import AgentEvent, AgentSession, Event, LinkClosed, OutputBudget
+from dtrain.agents.session import (
+    AgentEvent,
+    AgentSession,
+    Event,
+    Interrupt,
+    LinkClosed,
+    OutputBudget,
+)
 from dtrain.errors import ExitCode
 from dtrain.launch.results import JobResult, JobState, TaskExit
 from dtrain.launch.supervise import (
     GIVE_UP_AFTER_KILL_S,
     KILL_AFTER_GRACE_S,
     STDERR_TAIL_BYTES,
-    Interrupt,
     Supervisor,
     SupervisorOptions,
 )

@@ -14,7 +14,7 @@ from dtrain.agents.session import AgentSession
 from dtrain.errors import RemoteError
 from dtrain.launch.sync import build_manifest, sync_all, sync_host
 from dtrain.plan.hosts import local_host
-from dtrain.transport.bootstrap import LocalLink
+from dtrain.transport.local import LocalLink
 
 
 @pytest.fixture

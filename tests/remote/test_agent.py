@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dtrain.agents.session import AgentEvent, AgentSession, LinkClosed
 from dtrain.plan.hosts import local_host
 from dtrain.remote import proto
-from dtrain.transport.bootstrap import LocalLink
+from dtrain.transport.local import LocalLink
 from tests.conftest import PYTHON, SESSION, SESSION_VAR, job_pids, program, wait_gone
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from dtrain.errors import ExitCode, UsageError
 from dtrain.plan.hosts import Host
-from dtrain.transport.bootstrap import SshOptions
+from dtrain.transport.options import SshOptions
 from dtrain.transport.ssh import (
     DEFAULT_CONNECT_TIMEOUT_S,
     SshTarget,

@@ -1,0 +1,66 @@
+"""The local transport: dtrain's agent as a child process of this machine, over pipes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+
+from dtrain.transport.bootstrap import agent_payload, boot_code
+
+
+class LocalLink:
+    """A local agent process in its own session, so the terminal's Ctrl-C reaches only dtrain."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", boot_code()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        self._stdin_fd = self.proc.stdin.fileno()
+        self._stdout_fd = self.proc.stdout.fileno()
+        self._stderr = bytearray()
+        self._stderr_thread = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_thread.start()
+        self.send(agent_payload())
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr
+        fd = self.proc.stderr.fileno()
+        while chunk := os.read(fd, 65536):
+            self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._stdin_fd, view)
+            view = view[written:]
+
+    def recv(self, size: int) -> bytes:
+        return os.read(self._stdout_fd, size)
+
+    def stderr_text(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
+
+    def close_input(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def close(self) -> None:
+        """Wait briefly for the agent to finish its cleanup; never leave it behind."""
+        self.close_input()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()

@@ -1,0 +1,61 @@
+"""Facts about this machine (addresses, routes, hostname, free ports) and its open-file limit."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+
+def route_address(destination: str) -> str | None:
+    """The local address the kernel would use to reach `destination` (no packet is sent)."""
+    family = socket.AF_INET6 if ":" in destination else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((destination, 9))
+            address: str = sock.getsockname()[0]
+            return address
+    except OSError:
+        return None
+
+
+def resolve_address(name: str) -> str | None:
+    """The first address a name resolves to, or None."""
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    return str(infos[0][4][0]) if infos else None
+
+
+def local_hostname() -> str:
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+def local_interfaces() -> dict[str, str]:
+    import psutil
+
+    result: dict[str, str] = {}
+    for name, addresses in psutil.net_if_addrs().items():
+        for address in addresses:
+            if address.family == socket.AF_INET:
+                result.setdefault(name, address.address)
+    return result
+
+
+def raise_open_file_limit() -> None:
+    """Up to the hard limit: a socket per host and a log per task pass the usual soft limit of
+    1024 at 256 hosts x 4 tasks."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def local_free_ports(count: int) -> list[int]:
+    """Free ports here, found the way every host's agent finds its own."""
+    from dtrain.remote.agent import free_ports  # only dry runs and doctor need the agent here
+
+    return free_ports(count)

@@ -1,0 +1,18 @@
+"""How to reach remote hosts: options read by `dtrain.transport.ssh`.
+
+Kept apart from ssh so that planning and the CLI need no paramiko."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach remote hosts (ssh config file, host keys, connect timeout)."""
+
+    config_file: str | None = None
+    accept_new_host_keys: bool = False
+    connect_timeout_s: float | None = None
+    user_config_dir: str = field(default_factory=lambda: os.path.expanduser("~/.ssh"))
