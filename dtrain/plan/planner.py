@@ -23,11 +23,12 @@ from datetime import datetime
 
 from dtrain.errors import DtrainError, UsageError
 from dtrain.plan import frameworks
-from dtrain.plan.hosts import Host, is_loopback
+from dtrain.plan.hosts import MAX_SLOTS, Host, is_loopback
 from dtrain.plan.spec import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
 
 # What CUDA_VISIBLE_DEVICES accepts: an index, or a GPU/MIG UUID (a prefix of one is enough).
 GPU_ID = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
+MAX_TASKS = 1_000_000  # a job is bounded so that a typo cannot plan for minutes (100k tasks: ~4 s)
 ENV_HINT = "write --env KEY=VALUE, or --env KEY to pass KEY from this shell"
 TASKS_PER_CORE = 4  # more local tasks than this per core earn a note, never a refusal
 
@@ -121,6 +122,15 @@ def validate(request: JobRequest) -> None:
         raise UsageError("-n/--num-workers must be at least 1")
     if request.num_servers is not None and request.num_servers < 0:
         raise UsageError("-s/--num-servers cannot be negative")
+    for flag, count in (
+        ("-n/--num-workers", request.num_workers),
+        ("-s/--num-servers", request.num_servers),
+    ):
+        if count is not None and count > MAX_TASKS:
+            raise UsageError(
+                f"{flag} {count} is more than dtrain plans in one job ({MAX_TASKS})",
+                hint="check the number; a job this large is several jobs",
+            )
     if fw is Framework.TORCH and request.num_servers:
         raise UsageError(
             "torch jobs have no parameter servers", hint="drop -s; -n is the world size"
@@ -148,6 +158,8 @@ def validate(request: JobRequest) -> None:
     if request.nproc_per_host is not None:
         if request.nproc_per_host < 1:
             raise UsageError("--nproc-per-host must be at least 1")
+        if request.nproc_per_host > MAX_SLOTS:
+            raise UsageError(f"--nproc-per-host must be at most {MAX_SLOTS}, as slots=N is")
         if not _shape(request).is_collective:
             raise UsageError(
                 "--nproc-per-host is for collective jobs (torch, paddle without servers)",

@@ -229,6 +229,12 @@ def test_env_flags_take_values_or_pass_the_shells() -> None:
         ({"gpus": ("junk",)}, '"junk" is not a GPU index or UUID'),
         ({"gpus": ("a b",)}, '"a b" is not a GPU index or UUID'),
         ({"gpus": ("", "")}, '"" is not a GPU index or UUID'),
+        ({"num_workers": 10**20}, "-n/--num-workers 100000000000000000000 is more than dtrain"),
+        ({"num_servers": 10**7}, "-s/--num-servers 10000000 is more than dtrain plans"),
+        (
+            {"framework": Framework.TORCH, "nproc_per_host": 10**6},
+            "--nproc-per-host must be at most 4096",
+        ),
     ],
 )
 def test_impossible_requests_are_usage_errors(fields: dict[str, Any], message: str) -> None:
