@@ -145,6 +145,11 @@ def envelope(
     }
 
 
+# A value this long that an earlier task already showed prints as `KEY=<as worker.0>`: every
+# Paddle trainer carries every endpoint, and 10000 copies of that list are no plan to read.
+LONG_ENV_VALUE = 200
+
+
 def quote_env(env: Mapping[str, str]) -> str:
     return " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
 
@@ -173,8 +178,17 @@ def plan_text(plan: JobPlan, note: str | None = None) -> str:
     lines += _table(rows)
     lines.append("")
     lines.append("environment added to each task (on top of its host's login environment):")
+    first_shown: dict[tuple[str, str], str] = {}  # a long value -> the task that showed it
     for task in plan.tasks:
-        lines.append(f"  {task.name}: {quote_env(task.env)}")
+        words = []
+        for key, value in task.env.items():
+            if len(value) <= LONG_ENV_VALUE:
+                words.append(f"{key}={shlex.quote(value)}")
+            elif (shown := first_shown.setdefault((key, value), task.name)) != task.name:
+                words.append(f"{key}=<as {shown}>")
+            else:
+                words.append(f"{key}={shlex.quote(value)}")
+        lines.append(f"  {task.name}: {' '.join(words)}")
     return "\n".join(lines) + "\n"
 
 

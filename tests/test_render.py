@@ -6,7 +6,15 @@ from hypothesis import strategies as st
 
 from dtrain.errors import DtrainError, Problem, group_problems
 from dtrain.launch.results import JobResult, JobState, TaskExit
-from dtrain.render import LinePrefixer, envelope, last_segment, result_text
+from dtrain.plan.spec import Framework
+from dtrain.render import (
+    LONG_ENV_VALUE,
+    LinePrefixer,
+    envelope,
+    last_segment,
+    plan_text,
+    result_text,
+)
 
 
 def test_prefixes_each_line_and_holds_back_a_partial_line() -> None:
@@ -204,3 +212,18 @@ def test_grouping_keeps_every_problem_once(reasons: list[str]) -> None:
     groups = group_problems(problems)
     assert sorted((p for g in groups for p in g), key=problems.index) == problems
     assert len(groups) == len(set(reasons))
+
+
+def test_a_long_value_every_task_shares_is_shown_once_in_the_dry_run() -> None:
+    from tests.plan.test_planner import hosts, plan
+
+    many = "".join(f"h{n} slots=4\n" for n in range(1, 11))
+    p = plan(framework=Framework.PADDLE, num_workers=40, hosts=hosts(many))
+    endpoints = p.tasks[0].env["PADDLE_TRAINER_ENDPOINTS"]
+    assert len(endpoints) > LONG_ENV_VALUE
+    text = plan_text(p)
+    assert text.count(endpoints) == 1
+    first = p.tasks[0].name
+    assert f"PADDLE_TRAINER_ENDPOINTS=<as {first}>" in text
+    short = p.tasks[1].env["PADDLE_TRAINER_ID"]
+    assert f"PADDLE_TRAINER_ID={short}" in text  # short values are always shown
