@@ -28,6 +28,7 @@ from dtrain.plan.spec import Endpoint, Framework, JobPlan, PlacedTask, Role, Tas
 
 # What CUDA_VISIBLE_DEVICES accepts: an index, or a GPU/MIG UUID (a prefix of one is enough).
 GPU_ID = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
+MAX_ENV_STRING = 128 * 1024  # Linux's MAX_ARG_STRLEN
 MAX_TASKS = 1_000_000  # a job is bounded so that a typo cannot plan for minutes (100k tasks: ~4 s)
 ENV_HINT = "write --env KEY=VALUE, or --env KEY to pass KEY from this shell"
 TASKS_PER_CORE = 4  # more local tasks than this per core earn a note, never a refusal
@@ -409,6 +410,7 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
                 log_aliases=frameworks.log_aliases(request.framework, task.role, task.index),
             )
         )
+    _check_env_fits(specs)
     extra_files: dict[str, str] = {}
     if request.framework is Framework.PADDLE:
         endpoints = "\n".join(ctx.endpoints(Role.WORKER) + ctx.endpoints(Role.SERVER))
@@ -425,6 +427,20 @@ def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
         others_exit_by_themselves=shape.others_exit_by_themselves,
         extra_files=extra_files,
     )
+
+
+def _check_env_fits(specs: Sequence[TaskSpec]) -> None:
+    """Linux refuses to start a process with any one environment string of 128 KiB or more
+    ("Argument list too long"): say so before anything starts, not once per task after."""
+    for spec in specs:
+        for key, value in spec.env.items():
+            if len(key) + len(value) + 2 > MAX_ENV_STRING:
+                raise UsageError(
+                    f"{spec.name}'s {key} would be {len(value)} bytes; Linux starts no process "
+                    f"with an environment string of {MAX_ENV_STRING} bytes or more",
+                    hint="fewer tasks per job (TF and Paddle put every task's address in every "
+                    "task's environment), or a shorter --env value",
+                )
 
 
 def _notes(request: JobRequest, specs: Sequence[TaskSpec]) -> tuple[str, ...]:

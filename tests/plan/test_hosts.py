@@ -128,13 +128,15 @@ def test_a_host_is_known_by_name_and_port_and_shows_its_port_only_where_names_co
     [
         (
             "node1\nnode1:22\n",
-            [("10.0.0.1", 22, "root"), ("10.0.0.1", 22, "root")],
-            'hosts:2: duplicate host: "node1:22" and "node1" on line 1 both reach root@10.0.0.1:22',
+            [("198.18.9.1", 22, "root"), ("198.18.9.1", 22, "root")],
+            'hosts:2: duplicate host: "node1:22" and "node1" on line 1 '
+            "both reach root@198.18.9.1:22",
         ),
         (
-            "gpu-a\n# alias\n10.0.0.7\n",
-            [("10.0.0.7", 22, "me"), ("10.0.0.7", 22, "me")],
-            'hosts:3: duplicate host: "10.0.0.7" and "gpu-a" on line 1 both reach me@10.0.0.7:22',
+            "gpu-a\n# alias\n198.18.9.7\n",
+            [("198.18.9.7", 22, "me"), ("198.18.9.7", 22, "me")],
+            'hosts:3: duplicate host: "198.18.9.7" and "gpu-a" on line 1 '
+            "both reach me@198.18.9.7:22",
         ),
     ],
 )
@@ -159,8 +161,8 @@ def test_same_machine_on_other_ports_or_as_other_users_is_not_a_duplicate() -> N
         ("127.0.1.1", True),
         ("::1", True),
         ("::ffff:127.0.0.1", True),
-        ("::ffff:10.0.0.1", False),
-        ("10.0.0.1", False),
+        ("::ffff:198.18.9.1", False),
+        ("198.18.9.1", False),
         ("localhost", False),
     ],
 )

@@ -310,22 +310,22 @@ def test_a_dry_run_address_left_as_a_name_is_shown_not_rejected() -> None:
 def test_one_machine_on_two_ports_is_two_hosts_with_their_own_ports_and_labels() -> None:
     two = hosts("127.0.0.1:2201\n127.0.0.1:2202\n")
     request = make(
-        framework=Framework.PADDLE, num_workers=2, num_servers=2, hosts=two, host_ip="10.0.0.1"
+        framework=Framework.PADDLE, num_workers=2, num_servers=2, hosts=two, host_ip="198.18.9.1"
     )
     assert planner.ports_needed(request) == {"127.0.0.1:2201": 2, "127.0.0.1:2202": 2}
     known = {
         host.key: planner.HostFacts(
-            address=f"10.0.0.{n}", free_ports=tuple(9000 + 10 * n + i for i in range(2))
+            address=f"198.18.9.{n}", free_ports=tuple(9000 + 10 * n + i for i in range(2))
         )
         for n, host in enumerate(two, start=2)
     }
-    known[LOCAL.key] = planner.HostFacts(address="10.0.0.1", free_ports=(7000,))
+    known[LOCAL.key] = planner.HostFacts(address="198.18.9.1", free_ports=(7000,))
     p = planner.plan_job(request, planner.Facts(job_id="J", hosts=known))
     assert [(t.label, str(t.endpoint)) for t in p.tasks] == [
-        ("server.0@127.0.0.1:2201", "10.0.0.2:9020"),
-        ("server.1@127.0.0.1:2202", "10.0.0.3:9030"),
-        ("worker.0@127.0.0.1:2201", "10.0.0.2:9021"),
-        ("worker.1@127.0.0.1:2202", "10.0.0.3:9031"),
+        ("server.0@127.0.0.1:2201", "198.18.9.2:9020"),
+        ("server.1@127.0.0.1:2202", "198.18.9.3:9030"),
+        ("worker.0@127.0.0.1:2201", "198.18.9.2:9021"),
+        ("worker.1@127.0.0.1:2202", "198.18.9.3:9031"),
     ]
     assert [h.key for h in p.hosts] == ["127.0.0.1:2201", "127.0.0.1:2202"]
 
@@ -370,3 +370,10 @@ def test_a_dry_run_of_many_local_tasks_notes_the_cores_and_plans_them_all(tmp_pa
     assert result.returncode == 0, result.stderr
     assert f"note: {n + 1} tasks share this machine's {cores} CPU core" in result.stdout
     assert f"worker.{n - 1} " in result.stdout
+
+
+def test_a_plan_whose_environment_linux_would_refuse_is_a_usage_error() -> None:
+    many = "".join(f"h{n} slots=100\n" for n in range(1, 81))
+    with pytest.raises(UsageError, match=r"PADDLE_TRAINER_ENDPOINTS would be \d+ bytes; Linux"):
+        plan(framework=Framework.PADDLE, num_workers=8000, hosts=hosts(many))
+    assert len(plan(framework=Framework.PADDLE, num_workers=100, hosts=hosts(many)).tasks) == 100
