@@ -569,7 +569,7 @@ def describe_connect_error(
         """A problem that prints as one line with every other host failing for `reason`."""
         return Problem(
             message or f"{where}: {reason}",
-            host=host.name,
+            host=host.display,
             hint=hint,
             code=code,
             reason=reason,
@@ -596,32 +596,12 @@ def describe_connect_error(
             "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
             "client (sshd's log says why); --debug shows the ssh exchange",
         )
-    if isinstance(exc, UnknownHostKey):
-        entry = known_hosts_entry(target.hostname, target.port)
-        return Problem(
-            f"{where}: unknown host key {exc.key.get_name()} {fingerprint(exc.key)} "
-            f"(not in {target.known_hosts_files[0]})",
-            host=host.name,
-            code="host_key_unknown",
-            hint=f"check the fingerprint, then rerun with --accept-new-host-keys to record it "
-            f"(or: ssh-keyscan -p {target.port} {target.hostname} >> "
-            f"{target.known_hosts_files[0]}); entry name: {entry}",
-        )
-    if isinstance(exc, paramiko.BadHostKeyException):
-        entry = known_hosts_entry(target.hostname, target.port)
-        return Problem(
-            f"{where}: HOST KEY CHANGED: it presents {exc.key.get_name()} "
-            f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}; "
-            "this can be a man-in-the-middle attack, so dtrain will not connect",
-            host=host.name,
-            code="host_key_changed",
-            hint=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{entry}' "
-            f"-f {target.known_hosts_files[0]}",
-        )
+    if isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException)):
+        return _host_key_problem(where, host, target, exc)
     if isinstance(exc, paramiko.PasswordRequiredException):
         return Problem(
             f"{where}: the ssh key is protected by a passphrase and dtrain never prompts",
-            host=host.name,
+            host=host.display,
             code="auth_passphrase",
             hint="load the key into ssh-agent first (eval $(ssh-agent); ssh-add KEY)",
         )
@@ -630,7 +610,7 @@ def describe_connect_error(
         return Problem(
             f"{where}: the server accepts only {allowed} logins as {target.user}; dtrain uses "
             "keys and never asks for a password",
-            host=host.name,
+            host=host.display,
             code="auth_password_only",
             hint=f"install your public key on {host.name}: ssh-copy-id -p {target.port} "
             f"{target.user}@{target.hostname}",
@@ -675,6 +655,32 @@ def describe_connect_error(
         f"--debug shows the ssh exchange; `ssh -p {target.port} {target.user}@"
         f"{target.hostname} true` shows what OpenSSH makes of {host.name}",
         "--debug shows the ssh exchange; `ssh HOST true` shows what OpenSSH makes of a host",
+    )
+
+
+def _host_key_problem(
+    where: str, host: Host, target: SshTarget, exc: UnknownHostKey | paramiko.BadHostKeyException
+) -> Problem:
+    """A host key that known_hosts does not have, or that changed."""
+    entry = known_hosts_entry(target.hostname, target.port)
+    if isinstance(exc, UnknownHostKey):
+        return Problem(
+            f"{where}: unknown host key {exc.key.get_name()} {fingerprint(exc.key)} "
+            f"(not in {target.known_hosts_files[0]})",
+            host=host.display,
+            code="host_key_unknown",
+            hint=f"check the fingerprint, then rerun with --accept-new-host-keys to record it "
+            f"(or: ssh-keyscan -p {target.port} {target.hostname} >> "
+            f"{target.known_hosts_files[0]}); entry name: {entry}",
+        )
+    return Problem(
+        f"{where}: HOST KEY CHANGED: it presents {exc.key.get_name()} "
+        f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}; "
+        "this can be a man-in-the-middle attack, so dtrain will not connect",
+        host=host.display,
+        code="host_key_changed",
+        hint=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{entry}' "
+        f"-f {target.known_hosts_files[0]}",
     )
 
 
