@@ -116,6 +116,21 @@ def ssh_options(func: F) -> F:
     return func
 
 
+def _workdir(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    if value == "":  # click would read '' as '.', silently this directory
+        raise click.BadParameter("is empty; leave it out to use this directory", ctx, param)
+    return Path(value) if value is not None else None
+
+
+def workdir_option(func: F) -> F:
+    return click.option(
+        "--workdir",
+        type=click.Path(file_okay=False),
+        callback=_workdir,
+        help="Working directory of every task (default: this directory).",
+    )(func)
+
+
 def log_dir_option(help_text: str) -> Callable[[F], F]:
     """--log-dir as typed: checked by `joblog.check_root`, so that '' is an error, not `.`."""
     return click.option(
@@ -363,10 +378,11 @@ ROLE_ENV_FLAGS = {
 @click.option("--env-server", multiple=True, metavar="KEY[=VALUE]", help="Set for servers.")
 @click.option("--env-worker", multiple=True, metavar="KEY[=VALUE]", help="Set for workers.")
 @click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Working directory of every task (default: this directory).",
+    "--allow-env-override",
+    is_flag=True,
+    help="Let --env replace a variable dtrain computes (a rank, an address, TF_CONFIG).",
 )
+@workdir_option
 @log_dir_option("Per-task logs and job.json go to LOG_DIR/<job-id>/ (mode 0700).")
 @click.option(
     "--grace",
@@ -431,6 +447,7 @@ def launch(
     env_scheduler: Sequence[str],
     env_server: Sequence[str],
     env_worker: Sequence[str],
+    allow_env_override: bool,
     workdir: Path | None,
     log_dir: str,
     grace: float,
@@ -488,6 +505,7 @@ def launch(
         port=port,
         env=planner.parse_env_assignments(env_all, shell_env, "--env"),
         role_env=role_env,
+        allow_env_override=allow_env_override,
         shell_env=shell_env,
         workdir=str((workdir or Path.cwd()).absolute()),
         sync_dst=sync_dst_dir,
@@ -715,11 +733,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @hosts_option
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Working directory of every task (default: this directory).",
-)
+@workdir_option
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
 @click.option("--host-ip", help="The scheduler's address as every host reaches it.")
 @click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")

@@ -166,3 +166,10 @@ def test_durations_that_are_not_finite_numbers_are_usage_errors(args: list[str],
     assert result.exit_code == 2
     assert f"'{flag}'" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["launch", "doctor"])
+def test_an_empty_workdir_is_a_usage_error_not_this_directory(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--workdir", "", "--", "true"])
+    assert result.exit_code == 2
+    assert "'--workdir': is empty" in result.output

@@ -58,6 +58,7 @@ class JobRequest:
     gpus: tuple[str, ...] = ()
     ps_gpus: bool = False
     local_cores: int | None = None  # this machine's usable CPU cores, when the caller knows
+    allow_env_override: bool = False  # --env may replace what dtrain computes (on purpose)
 
     @property
     def is_local_only(self) -> bool:
@@ -111,6 +112,31 @@ def parse_env_assignments(
     return env
 
 
+def _check_env_overrides(request: JobRequest) -> None:
+    """An --env that replaces a variable dtrain computes (a rank, an address) breaks the job in
+    ways that show up far from the flag: refuse it unless asked for. The job's own tag never:
+    ps, kill and the no-orphan sweep find the job's processes by it."""
+    tags = {frameworks.JOB_ID_VAR, frameworks.TASK_VAR}
+    managed: set[str] = set()
+    if not request.allow_env_override:
+        managed = set(frameworks.MANAGED_VARS[request.framework])
+    given = [("--env", request.env)]
+    given += [(f"--env-{role.value}", env) for role, env in request.role_env.items()]
+    for flag, env in given:
+        if tag := sorted(tags.intersection(env)):
+            raise UsageError(
+                f"{flag} {tag[0]}: {tag[0]} is dtrain's tag on the job's processes",
+                hint="drop it: dtrain ps and dtrain kill find the job's processes by it",
+            )
+        if clash := sorted(managed.intersection(env)):
+            raise UsageError(
+                f"{flag} {clash[0]}: dtrain sets {clash[0]} for every "
+                f"{request.framework.value} task itself",
+                hint="drop it, or add --allow-env-override if you mean to replace "
+                "dtrain's value in every task",
+            )
+
+
 def validate(request: JobRequest) -> None:
     """Reject impossible requests before anything is looked up or started."""
     fw = request.framework
@@ -138,6 +164,12 @@ def validate(request: JobRequest) -> None:
         )
     if request.chief and fw is not Framework.TF:
         raise UsageError("--chief is for TensorFlow jobs", hint="add --framework tf")
+    _check_env_overrides(request)
+    if request.sync_dst is not None and not request.sync_dst.startswith("/"):
+        raise UsageError(
+            f'--sync-dst-dir "{request.sync_dst}" is not an absolute path',
+            hint="name the directory on every host from its root, e.g. --sync-dst-dir /tmp/job",
+        )
     if request.ps_gpus and fw is not Framework.TF:
         raise UsageError("--ps-gpus is for TensorFlow jobs", hint="add --framework tf")
     for gpu in request.gpus:
@@ -462,6 +494,13 @@ def _notes(request: JobRequest, specs: Sequence[TaskSpec]) -> tuple[str, ...]:
         notes.append(
             "OMP_NUM_THREADS=1 for every rank (several ranks share each host), as torchrun "
             "does; set it yourself to tune"
+        )
+    if request.sync_dst is not None and all(t.host.is_local for t in specs):
+        notes.append("--sync-dst-dir: no task runs on another host, so nothing is copied")
+    if request.framework is Framework.DMLC and not any(t.role is Role.SERVER for t in specs):
+        notes.append(
+            "no parameter servers (-s 0): right for rabit/XGBoost-style jobs; MXNet's dist "
+            "kvstore, ps-lite and BytePS wait forever for a server, so give them -s N"
         )
     cores = request.local_cores
     local = sum(1 for t in specs if t.host.is_local)

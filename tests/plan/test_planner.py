@@ -192,6 +192,7 @@ def test_env_precedence_is_forwarded_then_computed_then_env_then_role_env() -> N
         shell_env={"PS_VERBOSE": "1"},
         env={"PS_VERBOSE": "2", "A": "all"},
         role_env={Role.WORKER: {"A": "worker", "DMLC_NODE_HOST": "198.18.0.50"}},
+        allow_env_override=True,  # DMLC_NODE_HOST is dtrain's to set
     )
     assert p.task("server.0").env["PS_VERBOSE"] == "2"
     assert p.task("server.0").env["A"] == "all"
@@ -230,6 +231,17 @@ def test_env_flags_take_values_or_pass_the_shells() -> None:
         ({"gpus": ("a b",)}, '"a b" is not a GPU index or UUID'),
         ({"gpus": ("", "")}, '"" is not a GPU index or UUID'),
         ({"num_workers": 10**20}, "-n/--num-workers 100000000000000000000 is more than dtrain"),
+        ({"env": {"DMLC_ROLE": "x"}}, "--env DMLC_ROLE: dtrain sets DMLC_ROLE for every dmlc"),
+        (
+            {"framework": Framework.TORCH, "role_env": {Role.WORKER: {"RANK": "1"}}},
+            "--env-worker RANK: dtrain sets RANK for every torch task itself",
+        ),
+        (
+            {"env": {"DTRAIN_TASK": "x"}, "allow_env_override": True},
+            "--env DTRAIN_TASK: DTRAIN_TASK is dtrain's tag",
+        ),
+        ({"sync_dst": "rel/dir"}, '--sync-dst-dir "rel/dir" is not an absolute path'),
+        ({"sync_dst": ""}, '--sync-dst-dir "" is not an absolute path'),
         ({"num_servers": 10**7}, "-s/--num-servers 10000000 is more than dtrain plans"),
         (
             {"framework": Framework.TORCH, "nproc_per_host": 10**6},
@@ -377,3 +389,15 @@ def test_a_plan_whose_environment_linux_would_refuse_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match=r"PADDLE_TRAINER_ENDPOINTS would be \d+ bytes; Linux"):
         plan(framework=Framework.PADDLE, num_workers=8000, hosts=hosts(many))
     assert len(plan(framework=Framework.PADDLE, num_workers=100, hosts=hosts(many)).tasks) == 100
+
+
+def test_allow_env_override_lets_env_replace_what_dtrain_computes() -> None:
+    p = plan(framework=Framework.TORCH, num_workers=2, env={"RANK": "7"}, allow_env_override=True)
+    assert [t.env["RANK"] for t in p.tasks] == ["7", "7"]
+
+
+def test_notes_for_a_dmlc_job_without_servers_and_a_sync_with_no_remote_host() -> None:
+    p = plan(num_workers=2, num_servers=0, sync_dst="/tmp/job")
+    assert any(n.startswith("no parameter servers (-s 0)") for n in p.notes)
+    assert "--sync-dst-dir: no task runs on another host, so nothing is copied" in p.notes
+    assert not any("-s 0" in n for n in plan(num_workers=2, num_servers=1).notes)
