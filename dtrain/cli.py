@@ -13,6 +13,7 @@ import math
 import os
 import secrets
 import shlex
+import signal
 import stat
 import sys
 import time
@@ -793,14 +794,46 @@ def doctor(
         raise SystemExit(report.exit_code)
 
 
+class Terminated(Exception):
+    """SIGTERM before the job's own signal handling took over: nothing was started yet."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+def hoist_debug(args: Sequence[str]) -> list[str]:
+    """`dtrain launch --debug -- cmd` means `dtrain --debug launch -- cmd`; a `--debug` after
+    `--` belongs to the user's command and is left alone (without `--`, click's error for an
+    unknown option says where --debug goes)."""
+    if "--" not in args:  # without it, which words are the user's is click's to say
+        return list(args)
+    end = args.index("--")
+    if "--debug" not in args[1:end]:
+        return list(args)
+    rest = [a for i, a in enumerate(args) if not (a == "--debug" and i < end)]
+    return ["--debug", *rest]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: every error is a message and an exit code, never a traceback."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    args = hoist_debug(argv if argv is not None else sys.argv[1:])
+    debug = bool(args) and args[0] == "--debug"
+    signal.signal(signal.SIGTERM, _terminated)  # a launch replaces it once tasks can start
     try:
-        cli.main(args=argv, prog_name="dtrain", standalone_mode=False)
+        cli.main(args=args, prog_name="dtrain", standalone_mode=False)
     except click.exceptions.Abort:
         sys.stderr.write("dtrain: interrupted\n")
         raise SystemExit(130) from None
+    except click.NoSuchOption as exc:
+        if exc.option_name != "--debug":
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        sys.stderr.write(
+            "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
+            "or before the -- that starts your command\n"
+        )
+        raise SystemExit(ExitCode.USAGE) from None
     except click.ClickException as exc:
         exc.show()
         raise SystemExit(exc.exit_code) from None
@@ -814,5 +847,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("dtrain: interrupted before any task started; nothing is running\n")
         raise SystemExit(130) from None
+    except Terminated:
+        sys.stderr.write("dtrain: stopped by SIGTERM before any task started; nothing is running\n")
+        raise SystemExit(128 + signal.SIGTERM) from None
     except BrokenPipeError:
         raise SystemExit(ExitCode.JOB_FAILED) from None

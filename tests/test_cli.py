@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import click
@@ -11,8 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from dtrain import __version__
-from dtrain.cli import cli
-from tests.conftest import run_dtrain
+from dtrain.cli import cli, hoist_debug
+from tests.conftest import run_dtrain, start_dtrain
+from tests.transport.test_connect_errors import Listener
 
 
 def commands() -> list[str]:
@@ -173,3 +176,45 @@ def test_an_empty_workdir_is_a_usage_error_not_this_directory(command: str) -> N
     result = CliRunner().invoke(cli, [command, "--workdir", "", "--", "true"])
     assert result.exit_code == 2
     assert "'--workdir': is empty" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["launch", "--debug", "-n", "1", "--", "x"], ["--debug", "launch", "-n", "1", "--", "x"]),
+        (["launch", "--", "x", "--debug"], ["launch", "--", "x", "--debug"]),
+        (["--debug", "launch", "--", "x"], ["--debug", "launch", "--", "x"]),
+        (["launch", "-n", "1", "x", "--debug"], ["launch", "-n", "1", "x", "--debug"]),
+    ],
+)
+def test_debug_after_the_command_name_means_debug(args: list[str], expected: list[str]) -> None:
+    assert hoist_debug(args) == expected
+
+
+def test_debug_among_a_commands_flags_without_double_dash_says_where_it_goes(
+    tmp_path: Path,
+) -> None:
+    result = run_dtrain(["launch", "--debug", "-n", "1", "--dry-run", "python", "x"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
+        "or before the -- that starts your command\n"
+    )
+
+
+def test_sigterm_while_connecting_says_nothing_was_started(tmp_path: Path) -> None:
+    silent = Listener()  # accepts, never answers: dtrain waits for the ssh banner
+    try:
+        (tmp_path / "hosts").write_text(f"127.0.0.1:{silent.port}\n")
+        args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "/dev/null", "--", "true"]
+        proc = start_dtrain(args, tmp_path)
+        deadline = time.monotonic() + 20
+        while silent.accepted == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert silent.accepted == 1
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        silent.stop()
+    assert proc.returncode == 143
+    assert stderr == "dtrain: stopped by SIGTERM before any task started; nothing is running\n"
