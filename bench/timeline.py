@@ -57,12 +57,12 @@ def main() -> None:
         "try_connect_all",
         "ssh connect+auth and agents, all hosts (pool)",
     )
-    wrap(group.Hosts, "open", "connect + open agent channels")
+    wrap(group.AgentGroup, "open", "connect + open agent channels")
     wrap(lifecycle, "gather_facts", "agents boot and answer hello")
     wrap(planner, "plan_job", "plan")
     wrap(lifecycle.Launch, "_prepare_log_dir", "log dir")
     wrap(lifecycle.Launch, "_hand_out_tasks", "launch request (check tasks)")
-    wrap(lifecycle, "run_on_all", lambda args: f"request {args[1]!r} on all hosts")
+    wrap(lifecycle, "request_each", lambda args: f"request {args[1]!r} on all hosts")
     wrap(supervise.Supervisor, "run", "supervise until every task ended")
     atexit.register(lambda: out.write_text(json.dumps({"t0": T0, "events": events})))
     dtrain.cli.main(argv)

@@ -1,11 +1,19 @@
-"""The open agents of a set of hosts: one owner that opens them in parallel and closes them all."""
+"""The open agents of a set of hosts, and one request to all of them.
+
+`AgentGroup` opens the sessions in parallel (all-or-nothing with `open`, as many as it can with
+`open_reachable`), owns them, and closes them all. `request_each` sends one request to many
+sessions at once and returns `Replies`: each host's reply or error, by host key, which knows
+what failed and can raise for callers that need every host.
+"""
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from dtrain.agents.session import (
     AgentSession,
@@ -17,23 +25,108 @@ from dtrain.agents.session import (
 from dtrain.errors import ConnectError, Problem, RemoteError
 from dtrain.plan.hosts import Host
 from dtrain.transport.local import LocalLink
-from dtrain.transport.machine import (
-    raise_open_file_limit,
-)
+from dtrain.transport.machine import raise_open_file_limit
 from dtrain.transport.options import SshOptions
 
 if TYPE_CHECKING:
     from dtrain.transport.ssh import SshTransport
 
+logger = logging.getLogger(__name__)
 
 AGENT_PROBLEM = "agent"
-
-
 CLOSE_TIMEOUT_S = 5.0
+NOTHING_STARTED = "nothing was started"
+
+Reply = dict[str, Any] | RemoteError
+FieldsFor = Callable[[AgentSession], dict[str, Any] | None]
 
 
-class Hosts:
-    """Open agent sessions to a set of hosts, and close them all, whatever happens."""
+class Replies(Mapping[str, Reply]):
+    """Each asked host's reply, or the `RemoteError` it gave, by host key; with when each
+    request was sent and answered (wall clock), for callers that compare clocks."""
+
+    def __init__(
+        self,
+        replies: Mapping[str, Reply],
+        times: Mapping[str, tuple[float, float]],
+        shown: Mapping[str, str] | None = None,
+    ) -> None:
+        self._replies = dict(replies)
+        self.times = dict(times)
+        self.shown = dict(shown or {})  # host key -> the name people see (Host.display)
+
+    def __getitem__(self, key: str) -> Reply:
+        return self._replies[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._replies)
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    @property
+    def succeeded(self) -> dict[str, dict[str, Any]]:
+        return {key: r for key, r in self._replies.items() if isinstance(r, dict)}
+
+    @property
+    def failed(self) -> dict[str, RemoteError]:
+        return {key: r for key, r in self._replies.items() if isinstance(r, RemoteError)}
+
+    def raise_if_failed(
+        self, what: str, outcome: str = NOTHING_STARTED
+    ) -> dict[str, dict[str, Any]]:
+        """The replies, if every host answered; else one `RemoteError` naming each host."""
+        problems = [
+            Problem(error.what, host=self.shown.get(key, key), hint=error.hint)
+            for key, error in sorted(self.failed.items())
+        ]
+        if problems:
+            raise RemoteError(
+                f"{what} failed on {len(problems)} host(s); {outcome}", problems=problems
+            )
+        return self.succeeded
+
+
+def request_each(
+    sessions: Mapping[str, AgentSession],
+    op: str,
+    timeout_s: float,
+    fields_for: FieldsFor | None = None,
+    **fields: Any,
+) -> Replies:
+    """One request to every session at once, keyed as `sessions` is.
+
+    `fields_for` adds per-host fields to the common ones; a session it gives None is not asked.
+    """
+    replies: dict[str, Reply] = {}
+    times: dict[str, tuple[float, float]] = {}
+    lock = threading.Lock()
+
+    def ask(item: tuple[str, AgentSession, dict[str, Any]]) -> None:
+        key, session, body = item
+        sent = time.time()
+        try:
+            reply: Reply = session.request(op, timeout_s, **body)
+        except RemoteError as exc:
+            reply = exc
+        with lock:
+            replies[key] = reply
+            times[key] = (sent, time.time())
+
+    started = time.monotonic()
+    asked = []
+    for key, session in sessions.items():
+        extra = fields_for(session) if fields_for is not None else {}
+        if extra is not None:
+            asked.append((key, session, dict(fields, **extra)))
+    in_parallel(asked, ask)
+    logger.debug("%s on %d host(s): %.3fs", op, len(asked), time.monotonic() - started)
+    return Replies(replies, times, {key: s.host.display for key, s in sessions.items()})
+
+
+class AgentGroup:
+    """Agent sessions to a set of hosts, by host key: opened in parallel, closed together,
+    whatever happens."""
 
     def __init__(self, options: SshOptions, remote_python: str = "auto") -> None:
         raise_open_file_limit()
@@ -44,6 +137,12 @@ class Hosts:
         self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
         self._lock = threading.Lock()
+
+    def __enter__(self) -> AgentGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def ssh(self) -> SshTransport:
@@ -64,11 +163,11 @@ class Hosts:
                 remote = sum(1 for h in hosts if not h.is_local)
                 raise ConnectError(
                     f"cannot reach {len(unreached)} of {remote} "
-                    f"host{'s' if remote > 1 else ''}; nothing was started",
+                    f"host{'s' if remote > 1 else ''}; {NOTHING_STARTED}",
                     problems=unreached,
                 )
             raise RemoteError(
-                "could not start on every host; nothing was started",
+                f"could not start on every host; {NOTHING_STARTED}",
                 problems=list(problems.values()),
             )
         return sessions

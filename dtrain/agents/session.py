@@ -255,33 +255,6 @@ def in_parallel(
         thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
-def request_all(
-    sessions: Iterable[AgentSession],
-    op: str,
-    timeout_s: float,
-    fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
-    **fields: Any,
-) -> dict[str, dict[str, Any] | RemoteError]:
-    """A request to every session at once; each host's reply or error, by `Host.key`.
-
-    `fields_for` adds per-host fields to the common ones.
-    """
-    results: dict[str, dict[str, Any] | RemoteError] = {}
-    lock = threading.Lock()
-
-    def ask(session: AgentSession) -> None:
-        body = dict(fields, **(fields_for(session) if fields_for else {}))
-        try:
-            outcome: dict[str, Any] | RemoteError = session.request(op, timeout_s, **body)
-        except RemoteError as exc:
-            outcome = exc
-        with lock:
-            results[session.host.key] = outcome
-
-    in_parallel(sessions, ask)
-    return results
-
-
 @dataclass(frozen=True)
 class Interrupt:
     """A signal to dtrain itself, delivered through the event queue."""

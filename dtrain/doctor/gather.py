@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dtrain.agents.group import Hosts
-from dtrain.agents.session import AgentSession, in_parallel
+from dtrain.agents.group import AgentGroup, Reply, request_each
+from dtrain.agents.session import AgentSession
 from dtrain.doctor import parity
 from dtrain.doctor.judge import (
     CHECKS,
@@ -61,38 +60,6 @@ class DoctorRequest:
     wait_s: float = WAIT_S
 
 
-Reply = dict[str, Any] | RemoteError
-
-
-def ask_all(
-    sessions: Mapping[str, AgentSession],
-    op: str,
-    timeout_s: float,
-    fields_for: Callable[[AgentSession], dict[str, Any] | None] = lambda s: {},
-) -> dict[str, tuple[Reply, float, float]]:
-    """One request to each session at once: (reply or error, sent at, answered at) by `Host.key`.
-
-    A session whose `fields_for` is None is not asked.
-    """
-    results: dict[str, tuple[Reply, float, float]] = {}
-    lock = threading.Lock()
-
-    def ask(session: AgentSession, fields: dict[str, Any]) -> None:
-        sent = time.time()
-        try:
-            reply: Reply = session.request(op, timeout_s, **fields)
-        except RemoteError as exc:
-            reply = exc
-        with lock:
-            results[session.host.key] = (reply, sent, time.time())
-
-    started = time.monotonic()
-    asked = [(s, f) for s in sessions.values() if (f := fields_for(s)) is not None]
-    in_parallel(asked, lambda pair: ask(*pair))
-    logger.debug("%s on %d host(s): %.3fs", op, len(asked), time.monotonic() - started)
-    return results
-
-
 def _error_text(reply: Reply) -> str | None:
     return reply.what if isinstance(reply, RemoteError) else None
 
@@ -118,14 +85,11 @@ def run_doctor(
     started = time.monotonic()
     here = local_host(local_hostname())
     everyone = (here, *request.hosts)
-    opened = Hosts(ssh, remote_python)
-    try:
-        sessions, problems = opened.open_reachable(everyone)
+    with AgentGroup(ssh, remote_python) as group:
+        sessions, problems = group.open_reachable(everyone)
         logger.debug("connected and agents started: %.3fs", time.monotonic() - started)
-        connect_s = dict(opened.ssh.connect_times_s) if request.hosts else {}
+        connect_s = dict(group.ssh.connect_times_s) if request.hosts else {}
         survey = gather(request, here, sessions, problems, connect_s)
-    finally:
-        opened.close()
     results = judge(survey, checks)
     return DoctorReport(survey.hosts, results, tuple(checks), time.monotonic() - started)
 
@@ -143,17 +107,16 @@ def gather(
     """
     everyone = (here, *request.hosts)
     shown = {h.key: h.display for h in everyone}
-    hellos = ask_all(sessions, "hello", STEP_TIMEOUT_S)
+    hellos = request_each(sessions, "hello", STEP_TIMEOUT_S)
     failed = dict(problems)
-    for name, (reply, _, _) in hellos.items():
-        if isinstance(reply, RemoteError):
-            failed[name] = Problem(
-                f"connected, but dtrain's agent did not answer: {reply.what}",
-                host=shown[name],
-                hint=reply.hint or "rerun with --debug to see what the login shell printed",
-            )
-            sessions.pop(name, None)
-    hello = {name: r for name, (r, _, _) in hellos.items() if isinstance(r, dict)}
+    for key, error in hellos.failed.items():
+        failed[key] = Problem(
+            f"connected, but dtrain's agent did not answer: {error.what}",
+            host=shown[key],
+            hint=error.hint or "rerun with --debug to see what the login shell printed",
+        )
+        sessions.pop(key, None)
+    hello = hellos.succeeded
     remote_addresses = [
         str(hello[h.key].get("ssh_server_address") or h.name)
         for h in request.hosts
@@ -171,17 +134,18 @@ def gather(
         sessions, advertised, scheduler, request.wait_s
     )
     scans = scan(sessions)
-    probes = ask_all(
+    probes = request_each(
         sessions, "probe", PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
     )
     if request.port is not None and here.key in probes:
-        reply, _, answered = probes[here.key]
+        reply = probes[here.key]
+        answered = probes.times[here.key][1]
         if isinstance(reply, dict):
             scheduler = replace(
                 scheduler, holders=tuple(reply.get("port_holders") or ()), now=answered
             )
     blocked = {c.dst for c in connects if not c.is_ok} | {c.src for c in connects if not c.is_ok}
-    tools = ask_all(
+    tools = request_each(
         sessions,
         "probe",
         STEP_TIMEOUT_S,
@@ -189,12 +153,13 @@ def gather(
     )
     observed = []
     for host in everyone:
-        reply, sent, answered = probes.get(host.key, (RemoteError("no answer"), 0.0, 0.0))
+        reply = probes.get(host.key, RemoteError("no answer"))
+        sent, answered = probes.times.get(host.key, (0.0, 0.0))
         probe = reply if isinstance(reply, dict) else {}
         skew = None
         if probe.get("time") is not None:
             skew = float(probe["time"]) - (sent + answered) / 2
-        tool_reply = tools.get(host.key, ({}, 0.0, 0.0))[0]
+        tool_reply = tools.get(host.key, {})
         observed.append(
             Observed(
                 name=host.display,
@@ -280,17 +245,17 @@ def probe_network(
     hosts whose advertised address could not be bound."""
 
     def listen_fields(session: AgentSession) -> dict[str, Any] | None:
-        name = session.host.key
-        if name == scheduler.host:
+        key = session.host.key
+        if key == scheduler.host:
             return {"address": scheduler.address, "port": scheduler.port}
-        if name in advertised:
-            return {"address": advertised[name], "port": 0}
+        if key in advertised:
+            return {"address": advertised[key], "port": 0}
         return None
 
-    listened = ask_all(sessions, "listen", STEP_TIMEOUT_S, listen_fields)
+    listened = request_each(sessions, "listen", STEP_TIMEOUT_S, listen_fields)
     endpoints: dict[str, tuple[str, int]] = {}
     listen_errors: dict[str, str] = {}
-    for name, (reply, _, _) in listened.items():
+    for name, reply in listened.items():
         if isinstance(reply, RemoteError):
             listen_errors[name] = reply.what
         elif reply.get("error"):
@@ -311,9 +276,9 @@ def probe_network(
         return {"targets": mine, "wait_s": wait_s} if mine else None
 
     try:
-        tried = ask_all(sessions, "connect", wait_s * 2 + STEP_TIMEOUT_S, targets)
+        tried = request_each(sessions, "connect", wait_s * 2 + STEP_TIMEOUT_S, targets)
     finally:
-        ask_all(
+        request_each(
             sessions,
             "unlisten",
             STEP_TIMEOUT_S,
@@ -324,7 +289,7 @@ def probe_network(
             ),
         )
     connects = []
-    for src, (reply, _, _) in tried.items():
+    for src, reply in tried.items():
         if isinstance(reply, RemoteError):
             continue
         for result in reply.get("results", ()):

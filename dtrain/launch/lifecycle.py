@@ -16,18 +16,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dtrain.agents.group import Hosts
-from dtrain.agents.session import (
-    AgentSession,
-    Event,
-    Heartbeat,
-    Interrupt,
-    request_all,
-)
+from dtrain.agents.group import AgentGroup, request_each
+from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
 from dtrain.doctor import parity
-from dtrain.errors import PreflightFailed, Problem, RemoteError
+from dtrain.errors import PreflightFailed
 from dtrain.launch import joblog, sync
 from dtrain.launch.results import JobResult
 from dtrain.launch.supervise import Console, Supervisor, SupervisorOptions
@@ -42,9 +36,6 @@ from dtrain.transport.machine import (
     route_address,
 )
 from dtrain.transport.options import SshOptions
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -66,27 +57,6 @@ class LaunchOptions:
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
 
 
-def run_on_all(
-    sessions: Mapping[str, AgentSession],
-    op: str,
-    what: str,
-    outcome: str = "nothing was started",
-    timeout_s: float = REQUEST_TIMEOUT_S,
-    fields_for: Callable[[AgentSession], dict[str, Any]] | None = None,
-    **fields: Any,
-) -> dict[str, dict[str, Any]]:
-    """One request to every host; any host's error fails the whole step, naming each host."""
-    replies = request_all(sessions.values(), op, timeout_s, fields_for=fields_for, **fields)
-    problems = [
-        Problem(reply.what, host=sessions[key].host.display, hint=reply.hint)
-        for key, reply in sorted(replies.items())
-        if isinstance(reply, RemoteError)
-    ]
-    if problems:
-        raise RemoteError(f"{what} failed on {len(problems)} host(s); {outcome}", problems=problems)
-    return {name: reply for name, reply in replies.items() if isinstance(reply, dict)}
-
-
 def gather_facts(
     request: planner.JobRequest,
     job_id: str,
@@ -95,36 +65,33 @@ def gather_facts(
 ) -> planner.Facts:
     """Ask every agent about its host; addresses are the ones ssh reached them at."""
     ports = planner.ports_needed(request)
-    replies = run_on_all(
+    replies = request_each(
         sessions,
         "hello",
-        "contacting the agents",
+        REQUEST_TIMEOUT_S,
         fields_for=lambda s: {"ports": ports.get(s.host.key, 0)},
         heartbeat_s=options.heartbeat_s,
         lease_s=options.lease_s,
         grace_s=options.grace_s,
-    )
+    ).raise_if_failed("contacting the agents")
     hosts: dict[str, planner.HostFacts] = {}
     remote_addresses = []
-    for name, reply in replies.items():
-        session = sessions[name]
-        if session.host.is_local:
+    for key, reply in replies.items():
+        host = sessions[key].host
+        if host.is_local:
             continue
-        address = (
-            reply.get("ssh_server_address")
-            or resolve_address(session.host.name)
-            or session.host.name
-        )
+        address = reply.get("ssh_server_address") or resolve_address(host.name) or host.name
         remote_addresses.append(address)
-        hosts[name] = planner.HostFacts(
+        hosts[key] = planner.HostFacts(
             address=address,
             interfaces=reply.get("interfaces", {}),
             free_ports=tuple(reply.get("free_ports", ())),
         )
     local_address = _local_address(remote_addresses)
-    for name, reply in replies.items():
-        if sessions[name].host.is_local:
-            hosts[name] = planner.HostFacts(
+    for key, reply in replies.items():
+        host = sessions[key].host
+        if host.is_local:
+            hosts[key] = planner.HostFacts(
                 address=local_address,
                 interfaces=reply.get("interfaces", {}),
                 free_ports=tuple(reply.get("free_ports", ())),
@@ -214,7 +181,7 @@ class Launch:
     def run(self) -> JobResult:
         placed = planner.place(self.request)  # bad requests fail before any connection
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
-        hosts = Hosts(self.options.ssh, self.options.remote_python)
+        hosts = AgentGroup(self.options.ssh, self.options.remote_python)
         if self.request.hosts:  # every line, used or not: a host listed twice is a mistake
             hosts.ssh.distinct_targets(self.request.hosts)
         phase = _PhaseClock()
@@ -254,11 +221,8 @@ class Launch:
                         ),
                     )
                     started = True
-                    run_on_all(
-                        sessions,
-                        "start",
-                        "starting the tasks",
-                        outcome="the tasks that did start were stopped",
+                    request_each(sessions, "start", REQUEST_TIMEOUT_S).raise_if_failed(
+                        "starting the tasks", outcome="the tasks that did start were stopped"
                     )
                     phase("tasks started")
                     result = supervisor.run()
@@ -357,15 +321,15 @@ class Launch:
                     "script": parity.python_script_of(task.argv),
                 }
             )
-        run_on_all(
+        request_each(
             sessions,
             "launch",
-            "checking the tasks",
+            REQUEST_TIMEOUT_S,
             fields_for=lambda s: {"tasks": by_host.get(s.host.key, [])},
             job_id=plan.job_id,
             grace_s=self.options.grace_s,
             traceback_timeout_s=self.options.traceback_timeout_s,
-        )
+        ).raise_if_failed("checking the tasks")
 
 
 class _PhaseClock:

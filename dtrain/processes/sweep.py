@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from dtrain.agents.group import Hosts
-from dtrain.agents.session import AgentSession, request_all
+from dtrain.agents.group import AgentGroup, Reply, request_each
+from dtrain.agents.session import AgentSession
 from dtrain.errors import Problem, RemoteError
 from dtrain.plan.hosts import Host, local_host
 from dtrain.processes.results import HostKill, HostScan, JobProcess, Survivor
@@ -52,11 +52,8 @@ def open_agents(
     hosts: Sequence[Host], ssh_options: SshOptions, remote_python: str = "auto"
 ) -> Iterator[tuple[dict[str, AgentSession], dict[str, Problem]]]:
     """Agents on every host that can be reached (in parallel), and the problems of the others."""
-    opened = Hosts(ssh_options, remote_python)
-    try:
-        yield opened.open_reachable(hosts)
-    finally:
-        opened.close()
+    with AgentGroup(ssh_options, remote_python) as group:
+        yield group.open_reachable(hosts)
 
 
 def scan(
@@ -82,14 +79,8 @@ def scan_sessions(
     sessions: Mapping[str, AgentSession], job: str | None = None, *, include_dmlc: bool = True
 ) -> dict[str, HostScan]:
     """`scan` over agents that are already running (doctor has them open anyway)."""
-    replies = request_all(
-        sessions.values(), "scan", SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc
-    )
-    return {
-        key: _host_scan(session, replies[session.host.key])
-        for key, session in sessions.items()
-        if session.host.key in replies
-    }
+    replies = request_each(sessions, "scan", SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc)
+    return {key: _host_scan(sessions[key], reply) for key, reply in replies.items()}
 
 
 def kill(
@@ -124,8 +115,8 @@ def kill_sessions(
     include_dmlc: bool = True,
 ) -> dict[str, HostKill]:
     """`kill` over agents that are already running."""
-    replies = request_all(
-        sessions.values(),
+    replies = request_each(
+        sessions,
         "kill",
         grace_s + KILL_MARGIN_S,
         job=job,
@@ -156,7 +147,7 @@ def kill_sessions(
     return results
 
 
-def _host_scan(session: AgentSession, reply: dict[str, Any] | RemoteError) -> HostScan:
+def _host_scan(session: AgentSession, reply: Reply) -> HostScan:
     host = session.host
     if isinstance(reply, RemoteError):
         return HostScan(
