@@ -68,6 +68,7 @@ def _one_round(
     with pyenv is a shim that runs `pyenv exec`).
     """
     from dtrain.agents.session import AgentSession, Event
+    from dtrain.remote import proto
     from dtrain.transport.ssh import SshTransport
 
     transport = SshTransport(options)
@@ -102,7 +103,9 @@ def _one_round(
         def agent_hello() -> AgentSession:
             python = "/usr/bin/python3" if tuned else "python3"
             session = AgentSession(host, transport.open_link(host, python=python), events)
-            session.request("hello", 30.0, ports=0, heartbeat_s=1.0, lease_s=15.0, grace_s=1.0)
+            session.request(
+                proto.OP_HELLO, 30.0, ports=0, heartbeat_s=1.0, lease_s=15.0, grace_s=1.0
+            )
             return session
 
         wall, cpu, session = _timed(agent_hello)

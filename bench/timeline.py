@@ -35,7 +35,7 @@ def main() -> None:
     import dtrain.transport.ssh
 
     mark("import paramiko (dtrain.transport.ssh)", started, time.time())
-    from dtrain.agents import group
+    from dtrain.agents import group, ops
     from dtrain.launch import lifecycle, supervise
     from dtrain.plan import planner
 
@@ -62,7 +62,8 @@ def main() -> None:
     wrap(planner, "plan_job", "plan")
     wrap(lifecycle.Launch, "_prepare_log_dir", "log dir")
     wrap(lifecycle.Launch, "_hand_out_tasks", "launch request (check tasks)")
-    wrap(lifecycle, "request_each", lambda args: f"request {args[1]!r} on all hosts")
+    for op, wire in (("hello", "hello"), ("stage", "launch"), ("start", "start")):
+        wrap(ops, op, f"request {wire!r} on all hosts")
     wrap(supervise.Supervisor, "run", "supervise until every task ended")
     atexit.register(lambda: out.write_text(json.dumps({"t0": T0, "events": events})))
     dtrain.cli.main(argv)

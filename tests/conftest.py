@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dtrain.remote import procs
+from dtrain.remote import procs, proto
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
@@ -38,7 +38,7 @@ def tagged_pids() -> set[int]:
     table = procs.snapshot()
     found = set()
     for pid, proc in table.items():
-        if procs.JOB_VAR in proc.tags and proc.state != "Z":
+        if proto.JOB_ID_VAR in proc.tags and proc.state != "Z":
             env = procs.read_environ(pid) or {}
             if env.get(SESSION_VAR) == SESSION:
                 found.add(pid)

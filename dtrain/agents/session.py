@@ -161,7 +161,7 @@ class AgentSession:
 
         Errors become `RemoteError` naming the host.
         """
-        body = dict(fields, op=op)
+        body = dict(fields, **{proto.OP: op})
         if not self.send(proto.encode_json(proto.REQUEST, body)):
             raise self.broken(f"could not send the {op} request")
         if data != ():
@@ -180,8 +180,10 @@ class AgentSession:
             ) from None
         if reply is None:
             raise self.broken(f"dtrain's agent exited during {op}")
-        if "error" in reply:
-            raise RemoteError(reply["error"], hint=reply.get("hint"), host=self.host.display)
+        if proto.ERROR in reply:
+            raise RemoteError(
+                reply[proto.ERROR], hint=reply.get(proto.HINT), host=self.host.display
+            )
         return reply
 
     def broken(self, what: str) -> RemoteError:
@@ -199,7 +201,7 @@ class AgentSession:
         self.send(proto.encode(proto.PING))
 
     def stop(self, grace_s: float) -> None:
-        self.send(proto.encode_json(proto.STOP, {"grace_s": grace_s}))
+        self.send(proto.encode_json(proto.STOP, {proto.STOP_GRACE_S: grace_s}))
 
     def kill(self) -> None:
         self.send(proto.encode(proto.KILL))

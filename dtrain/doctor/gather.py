@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dtrain.agents.group import AgentGroup, Reply, request_each
+from dtrain.agents import ops
+from dtrain.agents.group import AgentGroup, Reply
 from dtrain.agents.session import AgentSession
 from dtrain.doctor import parity
 from dtrain.doctor.judge import (
@@ -65,14 +66,14 @@ def _error_text(reply: Reply) -> str | None:
 
 
 def advertised_address(
-    host: Host, hello: Mapping[str, Any], interface: str | None, fallback: str
+    host: Host, hello: ops.HelloFacts, interface: str | None, fallback: str
 ) -> str:
     """The address a task on `host` would advertise (DMLC_NODE_HOST), as launch plans it."""
-    if interface and interface in (hello.get("interfaces") or {}):
-        return str(hello["interfaces"][interface])
+    if interface and interface in hello.interfaces:
+        return str(hello.interfaces[interface])
     if host.is_local:
         return fallback
-    return str(hello.get("ssh_server_address") or host.name)
+    return str(hello.ssh_server_address or host.name)
 
 
 def run_doctor(
@@ -107,7 +108,7 @@ def gather(
     """
     everyone = (here, *request.hosts)
     shown = {h.key: h.display for h in everyone}
-    hellos = request_each(sessions, "hello", STEP_TIMEOUT_S)
+    hellos = ops.hello(sessions, STEP_TIMEOUT_S)
     failed = dict(problems)
     for key, error in hellos.failed.items():
         failed[key] = Problem(
@@ -116,11 +117,9 @@ def gather(
             hint=error.hint or "rerun with --debug to see what the login shell printed",
         )
         sessions.pop(key, None)
-    hello = hellos.succeeded
+    hello = {key: ops.HelloFacts.from_reply(r) for key, r in hellos.succeeded.items()}
     remote_addresses = [
-        str(hello[h.key].get("ssh_server_address") or h.name)
-        for h in request.hosts
-        if h.key in hello
+        str(hello[h.key].ssh_server_address or h.name) for h in request.hosts if h.key in hello
     ]
     here_address = request.host_ip or _local_address(remote_addresses)
     advertised = {
@@ -134,8 +133,8 @@ def gather(
         sessions, advertised, scheduler, request.wait_s
     )
     scans = scan(sessions)
-    probes = request_each(
-        sessions, "probe", PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
+    probes = ops.probe(
+        sessions, PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
     )
     if request.port is not None and here.key in probes:
         reply = probes[here.key]
@@ -145,9 +144,8 @@ def gather(
                 scheduler, holders=tuple(reply.get("port_holders") or ()), now=answered
             )
     blocked = {c.dst for c in connects if not c.is_ok} | {c.src for c in connects if not c.is_ok}
-    tools = request_each(
+    tools = ops.probe(
         sessions,
-        "probe",
         STEP_TIMEOUT_S,
         lambda s: {"environment": False, "firewall_tools": True} if s.host.key in blocked else None,
     )
@@ -167,7 +165,7 @@ def gather(
                 problem=failed.get(host.key),
                 connect_s=connect_s.get(host.key),
                 advertised=advertised.get(host.key),
-                interfaces=(hello.get(host.key) or {}).get("interfaces") or {},
+                interfaces=hello[host.key].interfaces if host.key in hello else {},
                 listen_error=listen_errors.get(host.key),
                 probe=probe,
                 probe_error=_error_text(reply),
@@ -244,15 +242,15 @@ def probe_network(
     listeners closed. Returns the scheduler (with its listen error), the probes, and the
     hosts whose advertised address could not be bound."""
 
-    def listen_fields(session: AgentSession) -> dict[str, Any] | None:
+    def endpoint(session: AgentSession) -> tuple[str, int] | None:
         key = session.host.key
         if key == scheduler.host:
-            return {"address": scheduler.address, "port": scheduler.port}
+            return (scheduler.address, scheduler.port)
         if key in advertised:
-            return {"address": advertised[key], "port": 0}
+            return (advertised[key], 0)
         return None
 
-    listened = request_each(sessions, "listen", STEP_TIMEOUT_S, listen_fields)
+    listened = ops.listen(sessions, STEP_TIMEOUT_S, endpoint)
     endpoints: dict[str, tuple[str, int]] = {}
     listen_errors: dict[str, str] = {}
     for name, reply in listened.items():
@@ -267,23 +265,21 @@ def probe_network(
         if "in use" in (scheduler.listen_error or ""):
             endpoints[scheduler.host] = (scheduler.address, scheduler.port)  # still probe it
 
-    def targets(session: AgentSession) -> dict[str, Any] | None:
-        mine = [
+    def targets(session: AgentSession) -> list[dict[str, Any]]:
+        return [
             {"to": name, "address": address, "port": port}
             for name, (address, port) in endpoints.items()
             if name != session.host.key
         ]
-        return {"targets": mine, "wait_s": wait_s} if mine else None
 
     try:
-        tried = request_each(sessions, "connect", wait_s * 2 + STEP_TIMEOUT_S, targets)
+        tried = ops.connect(sessions, wait_s * 2 + STEP_TIMEOUT_S, targets, wait_s)
     finally:
-        request_each(
+        ops.unlisten(
             sessions,
-            "unlisten",
             STEP_TIMEOUT_S,
             lambda s: (
-                {"ports": [endpoints[s.host.key][1]]}
+                [endpoints[s.host.key][1]]
                 if s.host.key in endpoints and s.host.key in listened
                 else None
             ),

@@ -17,7 +17,8 @@ from dtrain.errors import ExitCode, Problem
 from dtrain.plan.frameworks import MANAGED_VARS
 from dtrain.plan.hosts import is_loopback
 from dtrain.plan.spec import Framework
-from dtrain.processes.results import JOB_VAR, ROLE_VAR, HostScan, JobProcess, duration_text
+from dtrain.processes.results import HostScan, JobProcess, duration_text
+from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR
 
 CHECKS = (
     "ssh",
@@ -696,8 +697,8 @@ def _holder_text(holder: Mapping[str, Any], now: float) -> str:
     parts = [f"pid {holder['pid']}"]
     if holder.get("start"):
         parts.append(f"age {duration_text(max(0, now - float(holder['start'])))}")
-    if tags.get(JOB_VAR):
-        parts.append(f"job {tags[JOB_VAR]}")
+    if tags.get(JOB_ID_VAR):
+        parts.append(f"job {tags[JOB_ID_VAR]}")
     if tags.get(ROLE_VAR):
         parts.append(f"DMLC_ROLE={tags[ROLE_VAR]}")
     command = shlex.join(holder.get("cmdline") or [])[:120]
@@ -707,9 +708,9 @@ def _holder_text(holder: Mapping[str, Any], now: float) -> str:
 def _holder_hint(survey: Survey, scheduler: Scheduler) -> str:
     jobs = sorted(
         {
-            str((h.get("tags") or {}).get(JOB_VAR))
+            str((h.get("tags") or {}).get(JOB_ID_VAR))
             for h in scheduler.holders
-            if (h.get("tags") or {}).get(JOB_VAR)
+            if (h.get("tags") or {}).get(JOB_ID_VAR)
         }
     )
     local = survey.local is not None and survey.local.name == scheduler.host

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from dtrain.agents.group import AgentGroup, request_each
+from dtrain.agents import ops
+from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
 from dtrain.doctor import parity
 from dtrain.errors import PreflightFailed
@@ -65,11 +65,10 @@ def gather_facts(
 ) -> planner.Facts:
     """Ask every agent about its host; addresses are the ones ssh reached them at."""
     ports = planner.ports_needed(request)
-    replies = request_each(
+    replies = ops.hello(
         sessions,
-        "hello",
         REQUEST_TIMEOUT_S,
-        fields_for=lambda s: {"ports": ports.get(s.host.key, 0)},
+        ports_for=lambda s: ports.get(s.host.key, 0),
         heartbeat_s=options.heartbeat_s,
         lease_s=options.lease_s,
         grace_s=options.grace_s,
@@ -80,21 +79,19 @@ def gather_facts(
         host = sessions[key].host
         if host.is_local:
             continue
-        address = reply.get("ssh_server_address") or resolve_address(host.name) or host.name
+        hello = ops.HelloFacts.from_reply(reply)
+        address = hello.ssh_server_address or resolve_address(host.name) or host.name
         remote_addresses.append(address)
         hosts[key] = planner.HostFacts(
-            address=address,
-            interfaces=reply.get("interfaces", {}),
-            free_ports=tuple(reply.get("free_ports", ())),
+            address=address, interfaces=hello.interfaces, free_ports=hello.free_ports
         )
     local_address = _local_address(remote_addresses)
     for key, reply in replies.items():
         host = sessions[key].host
         if host.is_local:
+            hello = ops.HelloFacts.from_reply(reply)
             hosts[key] = planner.HostFacts(
-                address=local_address,
-                interfaces=reply.get("interfaces", {}),
-                free_ports=tuple(reply.get("free_ports", ())),
+                address=local_address, interfaces=hello.interfaces, free_ports=hello.free_ports
             )
     if request.local_host.key not in hosts:
         hosts[request.local_host.key] = planner.HostFacts(
@@ -221,7 +218,7 @@ class Launch:
                         ),
                     )
                     started = True
-                    request_each(sessions, "start", REQUEST_TIMEOUT_S).raise_if_failed(
+                    ops.start(sessions, REQUEST_TIMEOUT_S).raise_if_failed(
                         "starting the tasks", outcome="the tasks that did start were stopped"
                     )
                     phase("tasks started")
@@ -308,27 +305,14 @@ class Launch:
 
     def _hand_out_tasks(self, sessions: Mapping[str, AgentSession]) -> None:
         assert self.plan is not None
-        plan = self.plan
-        by_host: dict[str, list[dict[str, Any]]] = {}
-        for task_id, task in enumerate(plan.tasks):
-            by_host.setdefault(task.host.key, []).append(
-                {
-                    "id": task_id,
-                    "name": task.name,
-                    "argv": list(task.argv),
-                    "env": dict(task.env),
-                    "cwd": task.workdir,
-                    "script": parity.python_script_of(task.argv),
-                }
-            )
-        request_each(
+        ops.stage(
             sessions,
-            "launch",
+            self.plan.job_id,
+            self.plan.tasks_by_id(),
             REQUEST_TIMEOUT_S,
-            fields_for=lambda s: {"tasks": by_host.get(s.host.key, [])},
-            job_id=plan.job_id,
             grace_s=self.options.grace_s,
             traceback_timeout_s=self.options.traceback_timeout_s,
+            script_of=parity.python_script_of,
         ).raise_if_failed("checking the tasks")
 
 

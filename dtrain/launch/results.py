@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from dtrain.errors import ExitCode, signal_exit_code
+from dtrain.remote import proto
 
 
 class JobState(str, Enum):
@@ -44,20 +45,20 @@ class TaskExit:
     @property
     def status_code(self) -> int:
         """The exit code dtrain reports when this task is the root cause."""
-        if self.reason == "lost":
+        if self.reason == proto.REASON_LOST:
             return ExitCode.HOST_LOST
-        if self.reason == "traceback-hang":
+        if self.reason == proto.REASON_TRACEBACK_HANG:
             return 1
         if self.signal is not None:
             return signal_exit_code(self.signal)
         return self.exit_code if self.exit_code is not None else ExitCode.JOB_FAILED
 
     def describe(self) -> str:
-        if self.reason == "lost":
+        if self.reason == proto.REASON_LOST:
             return f"was lost: {self.detail}"
-        if self.reason == "spawn-failed":
+        if self.reason == proto.REASON_SPAWN_FAILED:
             return f"could not start: {self.detail}"
-        if self.reason == "traceback-hang":
+        if self.reason == proto.REASON_TRACEBACK_HANG:
             return (
                 "printed an unhandled Python traceback and then hung instead of exiting "
                 f"({self.detail}); dtrain stopped it"

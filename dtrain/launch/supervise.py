@@ -88,7 +88,7 @@ class Supervisor:
         self.clock = clock
         self.log_dir = log_dir
         self.runs: dict[int, TaskRun] = {}
-        for task_id, spec in enumerate(plan.tasks):
+        for task_id, spec in plan.tasks_by_id().items():
             path = log_dir / spec.log_name
             self.runs[task_id] = TaskRun(
                 spec=spec,
@@ -158,20 +158,20 @@ class Supervisor:
             self.console.task_output(run.spec, is_stderr, event.payload)
         elif event.kind == proto.STARTED:
             info = event.json()
-            run.pid = info.get("pid")
-            run.started_at = info.get("time")
+            run.pid = info.get(proto.STARTED_PID)
+            run.started_at = info.get(proto.EVENT_TIME)
         elif event.kind == proto.EXITED:
             info = event.json()
             self.finish(
                 run,
-                exit_code=info.get("code"),
-                signum=info.get("signal"),
-                stopped_by_us=bool(info.get("stopped_by_agent")),
-                reason=info.get("reason"),
-                detail=info.get("detail"),
+                exit_code=info.get(proto.EXITED_CODE),
+                signum=info.get(proto.EXITED_SIGNAL),
+                stopped_by_us=bool(info.get(proto.EXITED_STOPPED_BY_DTRAIN)),
+                reason=info.get(proto.EXITED_REASON),
+                detail=info.get(proto.EXITED_DETAIL),
             )
         elif event.kind == proto.NOTICE:
-            self.console.note(f"{run.spec.host.display}: {event.json().get('message')}")
+            self.console.note(f"{run.spec.host.display}: {event.json().get(proto.NOTICE_MESSAGE)}")
 
     def finish(
         self,
@@ -237,7 +237,7 @@ class Supervisor:
                     exit_code=None,
                     signum=None,
                     stopped_by_us=self.stop_sent_at is not None,
-                    reason="lost",
+                    reason=proto.REASON_LOST,
                     detail=why,
                 )
 

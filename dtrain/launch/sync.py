@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dtrain.agents import ops
 from dtrain.agents.session import AgentSession, in_parallel
 from dtrain.errors import Problem, RemoteError
 
@@ -94,24 +95,17 @@ def _stream(root: Path, files: Sequence[tuple[str, int, int, int]]) -> Iterator[
 
 def sync_host(session: AgentSession, manifest: Manifest, dst: str) -> HostSync:
     report = HostSync(host=session.host.display)
-    need = session.request(
-        "sync_plan",
-        60,
-        dst=dst,
-        dirs=list(manifest.dirs),
-        files=[list(f) for f in manifest.files],
-        links=[list(link) for link in manifest.links],
-    )["need"]
+    need = ops.sync_plan(session, dst, manifest.dirs, manifest.files, manifest.links, 60)
     wanted = [manifest.files[i] for i in need]
     report.unchanged = len(manifest.files) - len(wanted)
     if wanted:
         size = sum(f[1] for f in wanted)
-        session.request(
-            "sync_put",
+        ops.sync_put(
+            session,
+            dst,
+            wanted,
+            _stream(manifest.root, wanted),
             60 + size / 2e6,  # at least 2 MB/s before we call the host stuck
-            data=_stream(manifest.root, wanted),
-            dst=dst,
-            files=[list(f) for f in wanted],
         )
         report.files_sent = len(wanted)
         report.bytes_sent = size

@@ -12,9 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dtrain.plan.spec import Endpoint, Framework, PlacedTask, Role
-
-JOB_ID_VAR = "DTRAIN_JOB_ID"
-TASK_VAR = "DTRAIN_TASK"
+from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR, TASK_VAR
 
 # Variables forwarded from the launching shell to every task, by prefix, per framework. Narrow
 # on purpose: a bare "TF_" would also carry Terraform's TF_CLI_CONFIG_FILE to every host.
@@ -39,7 +37,7 @@ FORWARD_PREFIXES: Mapping[Framework, tuple[str, ...]] = {
 MANAGED_VARS: Mapping[Framework, frozenset[str]] = {
     Framework.DMLC: frozenset(
         {
-            "DMLC_ROLE",
+            ROLE_VAR,
             "DMLC_PS_ROOT_URI",
             "DMLC_PS_ROOT_PORT",
             "DMLC_NUM_WORKER",
@@ -257,7 +255,7 @@ def task_argv(ctx: JobContext, task: PlacedTask, command: Sequence[str]) -> tupl
 def _dmlc_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
     assert ctx.rendezvous is not None, "dmlc jobs always have a scheduler"
     env = {
-        "DMLC_ROLE": task.role.value,
+        ROLE_VAR: task.role.value,
         "DMLC_PS_ROOT_URI": ctx.rendezvous.address,
         "DMLC_PS_ROOT_PORT": str(ctx.rendezvous.port),
         "DMLC_NUM_WORKER": str(len(ctx.by_role[Role.WORKER])),

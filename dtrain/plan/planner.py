@@ -25,6 +25,7 @@ from dtrain.errors import DtrainError, UsageError
 from dtrain.plan import frameworks
 from dtrain.plan.hosts import MAX_SLOTS, Host, is_loopback
 from dtrain.plan.spec import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
+from dtrain.remote import proto
 
 # What CUDA_VISIBLE_DEVICES accepts: an index, or a GPU/MIG UUID (a prefix of one is enough).
 GPU_ID = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
@@ -116,7 +117,7 @@ def _check_env_overrides(request: JobRequest) -> None:
     """An --env that replaces a variable dtrain computes (a rank, an address) breaks the job in
     ways that show up far from the flag: refuse it unless asked for. The job's own tag never:
     ps, kill and the no-orphan sweep find the job's processes by it."""
-    tags = {frameworks.JOB_ID_VAR, frameworks.TASK_VAR}
+    tags = {proto.JOB_ID_VAR, proto.TASK_VAR}
     managed: set[str] = set()
     if not request.allow_env_override:
         managed = set(frameworks.MANAGED_VARS[request.framework])

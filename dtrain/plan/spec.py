@@ -152,6 +152,10 @@ class JobPlan:
             seen.setdefault(task.host.key, task.host)
         return tuple(seen.values())
 
+    def tasks_by_id(self) -> dict[int, TaskSpec]:
+        """The tasks by the id that tags their frames between launcher and agent."""
+        return dict(enumerate(self.tasks))
+
     @property
     def is_multi_host(self) -> bool:
         return any(not host.is_local for host in self.hosts)

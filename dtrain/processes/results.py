@@ -12,11 +12,7 @@ from enum import Enum
 from typing import Any
 
 from dtrain.errors import ExitCode, Problem
-from dtrain.plan.frameworks import JOB_ID_VAR
-from dtrain.plan.frameworks import TASK_VAR as TASK_VAR  # kept as hostprocs.TASK_VAR
-
-JOB_VAR = JOB_ID_VAR
-ROLE_VAR = "DMLC_ROLE"
+from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR, TASK_VAR
 
 
 class Fate(str, Enum):
@@ -76,7 +72,7 @@ class JobProcess:
             rss_bytes=int(entry.get("rss", 0)),
             argv=tuple(entry.get("cmdline") or ()),
             comm=str(entry.get("comm", "")),
-            job_id=tags.get(JOB_VAR),
+            job_id=tags.get(JOB_ID_VAR),
             task=tags.get(TASK_VAR),
             role=tags.get(ROLE_VAR),
             inherited_from=entry.get("inherited_from"),

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
-from dtrain.agents.group import AgentGroup, Reply, request_each
+from dtrain.agents import ops
+from dtrain.agents.group import AgentGroup, Reply
 from dtrain.agents.session import AgentSession
 from dtrain.errors import Problem, RemoteError
 from dtrain.plan.hosts import Host, local_host
@@ -79,7 +80,7 @@ def scan_sessions(
     sessions: Mapping[str, AgentSession], job: str | None = None, *, include_dmlc: bool = True
 ) -> dict[str, HostScan]:
     """`scan` over agents that are already running (doctor has them open anyway)."""
-    replies = request_each(sessions, "scan", SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc)
+    replies = ops.scan(sessions, SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc)
     return {key: _host_scan(sessions[key], reply) for key, reply in replies.items()}
 
 
@@ -115,9 +116,8 @@ def kill_sessions(
     include_dmlc: bool = True,
 ) -> dict[str, HostKill]:
     """`kill` over agents that are already running."""
-    replies = request_each(
+    replies = ops.kill(
         sessions,
-        "kill",
         grace_s + KILL_MARGIN_S,
         job=job,
         include_dmlc=include_dmlc,

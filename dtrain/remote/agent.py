@@ -100,12 +100,12 @@ class TracebackWatch:
 
 class Task:
     def __init__(self, spec):
-        self.id = spec["id"]
-        self.name = spec["name"]
-        self.argv = spec["argv"]
-        self.env = spec["env"]
-        self.cwd = spec["cwd"]
-        self.script = spec.get("script")  # the file a python command runs, if it names one
+        self.id = spec[proto.TASK_ID]
+        self.name = spec[proto.TASK_NAME]
+        self.argv = spec[proto.TASK_ARGV]
+        self.env = spec[proto.TASK_ENV]
+        self.cwd = spec[proto.TASK_CWD]
+        self.script = spec.get(proto.TASK_SCRIPT)  # the file a python command runs, if any
         self.proc = None
         self.pgid = None
         self.start_ticks = 0  # when it started, in clock ticks since boot
@@ -156,6 +156,19 @@ class Agent:
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, self._on_signal)
+        self.handlers = {
+            proto.OP_HELLO: self.op_hello,
+            proto.OP_STAGE: self.op_stage,
+            proto.OP_START: self.op_start,
+            proto.OP_SCAN: self.op_scan,
+            proto.OP_KILL: self.op_kill,
+            proto.OP_PROBE: self.op_probe,
+            proto.OP_LISTEN: self.op_listen,
+            proto.OP_UNLISTEN: self.op_unlisten,
+            proto.OP_CONNECT: self.op_connect,
+            proto.OP_SYNC_PLAN: self.op_sync_plan,
+            proto.OP_SYNC_PUT: self.op_sync_put,
+        }
         self.selector.register(in_fd, selectors.EVENT_READ, "ctl")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
 
@@ -230,7 +243,7 @@ class Agent:
             if kind == proto.REQUEST:
                 self.on_request(proto.decode_json(payload))
             elif kind == proto.STOP:
-                self.stop_all(proto.decode_json(payload).get("grace_s", self.grace_s))
+                self.stop_all(proto.decode_json(payload).get(proto.STOP_GRACE_S, self.grace_s))
             elif kind == proto.KILL:
                 self.kill_all()
             elif kind == proto.DATA and self.data_handler is not None:
@@ -293,15 +306,17 @@ class Agent:
     # ---- requests --------------------------------------------------------------------------
 
     def on_request(self, request):
-        op = request.get("op")
-        handler = getattr(self, "op_" + str(op), None)
+        op = request.get(proto.OP)
+        handler = self.handlers.get(op)
         if handler is None:
-            self.reply({"error": "this agent does not know the request %r" % op})
+            self.reply({proto.ERROR: "this agent does not know the request %r" % op})
             return
         try:
             handler(request)
         except Exception as exc:  # a bug here must reach the launcher, not kill the agent
-            self.reply({"error": "%s failed on this host: %s: %s" % (op, type(exc).__name__, exc)})
+            self.reply(
+                {proto.ERROR: "%s failed on this host: %s: %s" % (op, type(exc).__name__, exc)}
+            )
 
     def op_hello(self, request):
         self.heartbeat_s = float(request.get("heartbeat_s", self.heartbeat_s))
@@ -309,18 +324,18 @@ class Agent:
         self.grace_s = float(request.get("grace_s", self.grace_s))
         self.reply(dict(host_facts(int(request.get("ports", 0))), ok=True))
 
-    def op_launch(self, request):
+    def op_stage(self, request):
         self.job_id = request["job_id"]
         self.grace_s = float(request.get("grace_s", self.grace_s))
         self.traceback_timeout_s = float(request.get("traceback_timeout_s", 0))
-        tasks = [Task(spec) for spec in request["tasks"]]
+        tasks = [Task(spec) for spec in request[proto.STAGE_TASKS]]
         problems = []
         for task in tasks:
             problem = check_runnable(task)
             if problem and problem not in problems:
                 problems.append(problem)
         if problems:
-            self.reply({"error": "; ".join(p[0] for p in problems), "hint": problems[0][1]})
+            self.reply({proto.ERROR: "; ".join(p[0] for p in problems), proto.HINT: problems[0][1]})
             return
         self.tasks = {task.id: task for task in tasks}
         self.reply({"ok": True})
@@ -365,9 +380,10 @@ class Agent:
         except (OSError, ValueError) as exc:
             self.reply(
                 {
-                    "error": "cannot prepare %s: %s"
+                    proto.ERROR: "cannot prepare %s: %s"
                     % (request["dst"], getattr(exc, "strerror", None) or exc),
-                    "hint": "check that the user can write there, or pick another --sync-dst-dir",
+                    proto.HINT: "check that the user can write there, "
+                    "or pick another --sync-dst-dir",
                 }
             )
             return
@@ -382,9 +398,11 @@ class Agent:
                 return
             self.data_handler = None
             if receiver.error is not None:
-                self.reply({"error": receiver.error, "hint": "check free space and permissions"})
+                self.reply(
+                    {proto.ERROR: receiver.error, proto.HINT: "check free space and permissions"}
+                )
             elif not receiver.done:
-                self.reply({"error": "the file stream ended early"})
+                self.reply({proto.ERROR: "the file stream ended early"})
             else:
                 self.reply({"ok": True, "written": receiver.written})
 
@@ -411,7 +429,7 @@ class Agent:
         except OSError as exc:
             task.proc = None
             task.code = 126 if isinstance(exc, PermissionError) else 127
-            task.reason = "spawn-failed"
+            task.reason = proto.REASON_SPAWN_FAILED
             task.detail = "cannot run %s: %s" % (task.argv[0], exc.strerror or exc)
             task.exited_at = time.monotonic()
             self.maybe_report(task)  # a task never started: no signal, no pipes, not stopped
@@ -429,7 +447,11 @@ class Agent:
         self.send(
             proto.encode_json(
                 proto.STARTED,
-                {"pid": task.proc.pid, "pgid": task.pgid, "time": time.time()},
+                {
+                    proto.STARTED_PID: task.proc.pid,
+                    proto.STARTED_PGID: task.pgid,
+                    proto.EVENT_TIME: time.time(),
+                },
                 task.id,
             )
         )
@@ -514,12 +536,12 @@ class Agent:
             proto.encode_json(
                 proto.EXITED,
                 {
-                    "code": task.code,
-                    "signal": task.signal,
-                    "stopped_by_agent": task.stopped_by_agent,
-                    "reason": task.reason,
-                    "detail": task.detail,
-                    "time": time.time(),
+                    proto.EXITED_CODE: task.code,
+                    proto.EXITED_SIGNAL: task.signal,
+                    proto.EXITED_STOPPED_BY_DTRAIN: task.stopped_by_agent,
+                    proto.EXITED_REASON: task.reason,
+                    proto.EXITED_DETAIL: task.detail,
+                    proto.EVENT_TIME: time.time(),
                 },
                 task.id,
             )
@@ -544,7 +566,7 @@ class Agent:
             table = procs.snapshot(since_ticks=min(task.start_ticks for task in tasks))
             mine = procs.ancestors(os.getpid(), table)
             for pid in procs.select_job_processes(table, job=self.job_id, exclude=mine):
-                owner = names.get(table[pid].tags.get(procs.TASK_VAR))
+                owner = names.get(table[pid].tags.get(proto.TASK_VAR))
                 if owner is None:
                     continue
                 try:
@@ -605,7 +627,7 @@ class Agent:
         if cpu - watch.mark_cpu > IDLE_CPU_FRACTION * (now - watch.mark_time):
             watch.mark_time, watch.mark_cpu = now, cpu  # still computing: not hung yet
             return
-        task.reason = "traceback-hang"
+        task.reason = proto.REASON_TRACEBACK_HANG
         task.detail = watch.last_line.decode("utf-8", "replace")
         self.signal_tasks([task], signal.SIGTERM)
         task.kill_at = now + self.grace_s

@@ -11,10 +11,7 @@ import signal
 import time
 from typing import Dict, List, Tuple  # noqa: F401 - used in type comments
 
-JOB_VAR = "DTRAIN_JOB_ID"
-TASK_VAR = "DTRAIN_TASK"
-ROLE_VAR = "DMLC_ROLE"
-TAG_VARS = (JOB_VAR, TASK_VAR, ROLE_VAR)
+from .proto import JOB_ID_VAR, ROLE_VAR, TAG_VARS, TASK_VAR
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -219,11 +216,11 @@ def select_job_processes(table, job=None, task=None, include_dmlc=True, exclude=
             continue
         tags = proc.tags
         if job is not None:
-            if tags.get(JOB_VAR) != job:
+            if tags.get(JOB_ID_VAR) != job:
                 continue
             if task is not None and tags.get(TASK_VAR) != task:
                 continue
-        elif JOB_VAR not in tags and not (include_dmlc and ROLE_VAR in tags):
+        elif JOB_ID_VAR not in tags and not (include_dmlc and ROLE_VAR in tags):
             continue
         roots.add(proc.pid)
     children = {}  # type: Dict[int, List[int]]

@@ -24,8 +24,67 @@ REPLY = 10  # JSON answer to a REQUEST: {"ok": true, ...} or {"error": "...", "h
 STARTED = 11  # JSON {"pid", "pgid", "time"} for the task in the header
 STDOUT = 12  # task output bytes
 STDERR = 13
-EXITED = 14  # JSON {"code", "signal", "stopped_by_agent", "reason", "time"}
+EXITED = 14  # JSON {"code", "signal", "stopped_by_agent", "reason", "detail", "time"}
 NOTICE = 15  # JSON {"message"}: something the person at the launcher should know
+
+# Every name both sides spell, spelled once. The agent, `dtrain.agents.ops` and the readers of
+# replies and events use these; nothing else writes an op name or a field by hand.
+
+# ops: the "op" field of a REQUEST, one handler each in the agent
+OP = "op"
+OP_HELLO = "hello"  # settings in, the host's facts out (HELLO_*)
+OP_STAGE = "launch"  # check and keep the job's tasks (TASK_*); starts nothing
+OP_START = "start"  # start every staged task
+OP_SCAN = "scan"  # the job processes on the host (`dtrain ps`)
+OP_KILL = "kill"  # stop them (`dtrain kill`)
+OP_PROBE = "probe"  # the facts `dtrain doctor` compares
+OP_LISTEN = "listen"  # open a TCP listener for the network probe
+OP_UNLISTEN = "unlisten"
+OP_CONNECT = "connect"  # connect to other hosts' listeners
+OP_SYNC_PLAN = "sync_plan"  # which files of a manifest the host needs
+OP_SYNC_PUT = "sync_put"  # receive them (DATA frames)
+
+# every REPLY
+OK = "ok"
+ERROR = "error"
+HINT = "hint"
+
+# the hello reply fields the launcher reads
+HELLO_SSH_SERVER_ADDRESS = "ssh_server_address"
+HELLO_INTERFACES = "interfaces"
+HELLO_FREE_PORTS = "free_ports"
+
+# one task of the stage request (its "tasks" list); "id" is the task field of its frames
+STAGE_TASKS = "tasks"
+TASK_ID = "id"
+TASK_NAME = "name"
+TASK_ARGV = "argv"
+TASK_ENV = "env"
+TASK_CWD = "cwd"
+TASK_SCRIPT = "script"  # the Python script the command runs, checked before anything starts
+
+# STARTED, EXITED, NOTICE and STOP payloads
+STARTED_PID = "pid"
+STARTED_PGID = "pgid"
+EVENT_TIME = "time"
+EXITED_CODE = "code"
+EXITED_SIGNAL = "signal"
+EXITED_STOPPED_BY_DTRAIN = "stopped_by_agent"
+EXITED_REASON = "reason"
+EXITED_DETAIL = "detail"
+NOTICE_MESSAGE = "message"
+STOP_GRACE_S = "grace_s"
+
+# EXITED reasons (none: the task exited by itself)
+REASON_SPAWN_FAILED = "spawn-failed"
+REASON_TRACEBACK_HANG = "traceback-hang"
+REASON_LOST = "lost"  # set by the launcher: the task's host stopped answering
+
+# tag variables: every task's environment carries them; `ps`, `kill` and cleanup find by them
+JOB_ID_VAR = "DTRAIN_JOB_ID"
+TASK_VAR = "DTRAIN_TASK"
+ROLE_VAR = "DMLC_ROLE"  # parameter-server processes, however they were started
+TAG_VARS = (JOB_ID_VAR, TASK_VAR, ROLE_VAR)
 
 
 def encode(kind: int, payload: bytes = b"", task: int = 0) -> bytes:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dtrain.remote import procs
+from dtrain.remote import procs, proto
 from tests.cluster.netcluster import Cluster
 from tests.cluster.test_launch_ssh import (
     assert_nothing_left,
@@ -48,7 +48,7 @@ def sleeps_on(cluster: Cluster, host: str) -> dict[int, bool]:
         env = procs.read_environ(pid) or {}
         stat = procs.read_stat(pid)
         parent = procs.read_environ(stat[1]) or {} if stat else {}
-        found[pid] = procs.ROLE_VAR in env or procs.ROLE_VAR in parent
+        found[pid] = proto.ROLE_VAR in env or proto.ROLE_VAR in parent
     return found
 
 

@@ -32,7 +32,7 @@ from dtrain.processes.results import (
     kill_outcome,
     scan_outcome,
 )
-from dtrain.remote import procs
+from dtrain.remote import procs, proto
 from dtrain.render import cpu_text, duration_text, kill_text, ps_text, size_text
 from tests.conftest import (
     PYTHON,
@@ -73,7 +73,7 @@ class Spawner:
     ) -> subprocess.Popen[bytes]:
         env = dict(os.environ)  # carries the test session marker the leftover check looks for
         if job is not None:
-            env.update({procs.JOB_VAR: job, procs.TASK_VAR: task})
+            env.update({proto.JOB_ID_VAR: job, proto.TASK_VAR: task})
             self.jobs.add(job)
         proc = subprocess.Popen(
             list(argv),
@@ -199,7 +199,7 @@ def test_a_job_process_in_another_pid_namespace_is_not_this_machines_to_stop(
 ) -> None:
     # A container's processes show in root's /proc, but no launcher here started them.
     job = new_job()
-    tag = [f"{procs.JOB_VAR}={job}", f"{procs.TASK_VAR}=worker.0"]
+    tag = [f"{proto.JOB_ID_VAR}={job}", f"{proto.TASK_VAR}=worker.0"]
     contained = spawn(["unshare", "--pid", "--fork", "env", *tag, *SLEEPER])
     deadline = time.monotonic() + 10
     while not (inside := job_pids(job)) and time.monotonic() < deadline:
@@ -292,7 +292,7 @@ def test_the_caller_and_the_agent_are_never_stopped_even_if_tagged(
     job = new_job()
     sibling = spawn(SLEEPER, job, task="worker.1")
     wait_for_job(job, 1)
-    env = dict(os.environ, **{procs.JOB_VAR: job, procs.TASK_VAR: "worker.0"})
+    env = dict(os.environ, **{proto.JOB_ID_VAR: job, proto.TASK_VAR: "worker.0"})
     result = run_dtrain(["kill", "--job", job, "--grace", "2", "--json"], tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     pids = [p["pid"] for p in host_entry(json.loads(result.stdout))["processes"]]

@@ -14,11 +14,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dtrain.agents import ops
 from dtrain.agents.session import AgentEvent, AgentSession, LinkClosed
 from dtrain.plan.hosts import local_host
+from dtrain.plan.spec import Role, TaskSpec
 from dtrain.remote import proto
 from dtrain.transport.local import LocalLink
 from tests.conftest import PYTHON, SESSION, SESSION_VAR, job_pids, program, wait_gone
+
+
+def task_spec(
+    name: str, argv: list[str], env: dict[str, str], workdir: str | None = None
+) -> TaskSpec:
+    return TaskSpec(
+        role=Role.WORKER,
+        index=0,
+        name=name,
+        host=local_host("here"),
+        address="127.0.0.1",
+        argv=tuple(argv),
+        env=env,
+        label=f"{name}@here",
+        log_name=f"{name}.log",
+        workdir=workdir if workdir is not None else os.getcwd(),
+    )
 
 
 class Agent:
@@ -30,21 +49,30 @@ class Agent:
         self.next_job = 0
 
     def hello(self, **fields: Any) -> dict[str, Any]:
-        return self.session.request("hello", 10, **fields)
+        return self.session.request(proto.OP_HELLO, 10, **fields)
 
     def run(self, tasks: list[dict[str, Any]], **fields: Any) -> str:
+        """Stage and start tasks given as {"name", "argv", "env"?}; their ids are their indexes."""
         self.next_job += 1
         job = f"agent-test-{os.getpid()}-{self.next_job}"
-        for task in tasks:
-            task.setdefault("cwd", os.getcwd())
-            task["env"] = {
-                "DTRAIN_JOB_ID": job,
-                "DTRAIN_TASK": task["name"],
-                SESSION_VAR: SESSION,
-                **task.get("env", {}),
-            }
-        self.session.request("launch", 10, job_id=job, tasks=tasks, **fields)
-        self.session.request("start", 10)
+        staged = [
+            ops.task_fields(
+                task_id,
+                task_spec(
+                    task["name"],
+                    task["argv"],
+                    {
+                        proto.JOB_ID_VAR: job,
+                        proto.TASK_VAR: task["name"],
+                        SESSION_VAR: SESSION,
+                        **task.get("env", {}),
+                    },
+                ),
+            )
+            for task_id, task in enumerate(tasks)
+        ]
+        self.session.request(proto.OP_STAGE, 10, job_id=job, tasks=staged, **fields)
+        self.session.request(proto.OP_START, 10)
         return job
 
     def collect(self, count_exits: int, timeout_s: float = 20) -> list[AgentEvent]:
@@ -91,8 +119,8 @@ def test_hello_reports_the_facts_planning_needs(agent: Agent) -> None:
 def test_runs_tasks_relays_output_and_exit_codes(agent: Agent) -> None:
     agent.run(
         [
-            {"id": 0, "name": "a", "argv": [PYTHON, program("exit_with.py"), "0"]},
-            {"id": 1, "name": "b", "argv": [PYTHON, program("exit_with.py"), "4"]},
+            {"name": "a", "argv": [PYTHON, program("exit_with.py"), "0"]},
+            {"name": "b", "argv": [PYTHON, program("exit_with.py"), "4"]},
         ]
     )
     events = agent.collect(2)
@@ -100,13 +128,13 @@ def test_runs_tasks_relays_output_and_exit_codes(agent: Agent) -> None:
     assert output_of(events, 1, proto.STDERR) == b"stderr line before exit 4\n"
     assert exits(events)[0]["code"] == 0
     assert exits(events)[1]["code"] == 4
-    assert not exits(events)[1]["stopped_by_agent"]
+    assert not exits(events)[1][proto.EXITED_STOPPED_BY_DTRAIN]
     kinds = [e.kind for e in events if e.task == 0]
     assert kinds[0] == proto.STARTED and kinds[-1] == proto.EXITED
 
 
 def test_large_output_arrives_complete_and_in_order(agent: Agent) -> None:
-    agent.run([{"id": 0, "name": "a", "argv": [PYTHON, program("write_lots.py"), "20"]}])
+    agent.run([{"name": "a", "argv": [PYTHON, program("write_lots.py"), "20"]}])
     data = output_of(agent.collect(1, timeout_s=60), 0)
     lines = data.split(b"\n")[:-1]
     assert len(lines) == int(20 * 1024 * 1024 / 100)
@@ -116,38 +144,38 @@ def test_large_output_arrives_complete_and_in_order(agent: Agent) -> None:
 def test_stop_terms_then_kills_after_the_grace(agent: Agent) -> None:
     agent.run(
         [
-            {"id": 0, "name": "a", "argv": [PYTHON, program("sleep_forever.py")]},
-            {"id": 1, "name": "b", "argv": [PYTHON, program("ignore_sigterm.py")]},
+            {"name": "a", "argv": [PYTHON, program("sleep_forever.py")]},
+            {"name": "b", "argv": [PYTHON, program("ignore_sigterm.py")]},
         ],
         grace_s=0.5,
     )
     time.sleep(0.5)
     agent.session.stop(0.5)
     result = exits(agent.collect(2))
-    assert result[0]["signal"] == signal.SIGTERM and result[0]["stopped_by_agent"]
-    assert result[1]["signal"] == signal.SIGKILL and result[1]["stopped_by_agent"]
+    assert result[0]["signal"] == signal.SIGTERM and result[0][proto.EXITED_STOPPED_BY_DTRAIN]
+    assert result[1]["signal"] == signal.SIGKILL and result[1][proto.EXITED_STOPPED_BY_DTRAIN]
 
 
 def test_unknown_command_and_missing_workdir_are_refused_before_start(agent: Agent) -> None:
     with pytest.raises(Exception, match="command not found: nope-not-here"):
         agent.session.request(
-            "launch",
+            proto.OP_STAGE,
             10,
             job_id="x",
-            tasks=[{"id": 0, "name": "a", "argv": ["nope-not-here"], "env": {}, "cwd": "/"}],
+            tasks=[ops.task_fields(0, task_spec("a", ["nope-not-here"], {}, "/"))],
         )
     with pytest.raises(Exception, match="working directory /no/such/dir does not exist"):
         agent.session.request(
-            "launch",
+            proto.OP_STAGE,
             10,
             job_id="x",
-            tasks=[{"id": 0, "name": "a", "argv": ["true"], "env": {}, "cwd": "/no/such/dir"}],
+            tasks=[ops.task_fields(0, task_spec("a", ["true"], {}, "/no/such/dir"))],
         )
 
 
 def test_closed_stream_stops_every_task_and_the_agent_exits() -> None:
     a = Agent()
-    job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("spawn_tree.py")]}], grace_s=1)
+    job = a.run([{"name": "a", "argv": [PYTHON, program("spawn_tree.py")]}], grace_s=1)
     time.sleep(1.0)
     pids = job_pids(job)
     assert len(pids) == 5  # leader, child, escaped, middle, grandchild
@@ -160,7 +188,7 @@ def test_closed_stream_stops_every_task_and_the_agent_exits() -> None:
 def test_silent_launcher_past_the_lease_stops_every_task() -> None:
     a = Agent()
     a.hello(heartbeat_s=0.2, lease_s=1.0, grace_s=0.5)
-    job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("ignore_sigterm.py")]}])
+    job = a.run([{"name": "a", "argv": [PYTHON, program("ignore_sigterm.py")]}])
     time.sleep(0.3)
     pids = job_pids(job)
     assert pids
@@ -172,7 +200,7 @@ def test_silent_launcher_past_the_lease_stops_every_task() -> None:
 
 def test_agent_killed_outright_still_takes_its_task_leaders_down() -> None:
     a = Agent()
-    job = a.run([{"id": 0, "name": "a", "argv": [PYTHON, program("sleep_forever.py")]}])
+    job = a.run([{"name": "a", "argv": [PYTHON, program("sleep_forever.py")]}])
     time.sleep(0.3)
     pids = job_pids(job)
     link = a.session.link
@@ -183,15 +211,15 @@ def test_agent_killed_outright_still_takes_its_task_leaders_down() -> None:
 
 
 def test_scan_and_kill_find_tagged_processes_but_not_the_agent_itself(agent: Agent) -> None:
-    job = agent.run([{"id": 0, "name": "a", "argv": [PYTHON, program("spawn_tree.py")]}])
+    job = agent.run([{"name": "a", "argv": [PYTHON, program("spawn_tree.py")]}])
     time.sleep(1.0)
-    scanned = agent.session.request("scan", 10, job=job)
+    scanned = agent.session.request(proto.OP_SCAN, 10, job=job)
     pids = {p["pid"] for p in scanned["processes"]}
     assert len(pids) == 5
     link = agent.session.link
     assert isinstance(link, LocalLink)
     assert link.proc.pid not in pids
-    killed = agent.session.request("kill", 10, job=job, grace_s=1)
+    killed = agent.session.request(proto.OP_KILL, 10, job=job, grace_s=1)
     assert sorted(killed["term"] + killed["kill"]) == sorted(pids)
     assert killed["survivors"] == []
 
@@ -215,7 +243,6 @@ def test_env_values_and_arguments_arrive_byte_exact(value: str, args: list[str])
     a.run(
         [
             {
-                "id": 0,
                 "name": "probe",
                 "argv": [PYTHON, program("print_env.py"), "PROBE_VALUE", *args],
                 "env": {"PROBE_VALUE": value},
