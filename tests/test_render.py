@@ -96,7 +96,7 @@ def exit_(task: str, **fields: object) -> TaskExit:
         "signal": None,
         "started_at": 1.0,
         "finished_at": 1795000000.0,
-        "stopped_by_us": False,
+        "stopped_by_dtrain": False,
         "log_path": f"logs/{task}.log",
     }
     base.update(fields)
@@ -108,7 +108,7 @@ def test_failure_summary_puts_the_root_cause_first_with_evidence() -> None:
     result = JobResult(
         job_id="J",
         state=JobState.FAILED,
-        exits=(cause, exit_("server.0", signal=15, stopped_by_us=True, exit_code=None)),
+        exits=(cause, exit_("server.0", signal=15, stopped_by_dtrain=True, exit_code=None)),
         root_cause=cause,
         started_at=0.0,
         ended_at=1.0,
@@ -129,7 +129,7 @@ def test_exit_codes_follow_the_root_cause() -> None:
     assert exit_("w", exit_code=None, reason="lost", detail="x").status_code == 255
     assert exit_("w", exit_code=None, signal=15, reason="traceback-hang").status_code == 1
     assert exit_("w", exit_code=0).failed is False
-    assert exit_("w", exit_code=None, signal=15, stopped_by_us=True).failed is False
+    assert exit_("w", exit_code=None, signal=15, stopped_by_dtrain=True).failed is False
 
 
 def test_json_envelope_has_the_documented_shape() -> None:

@@ -28,7 +28,7 @@ class TaskExit:
     signal: int | None
     started_at: float | None
     finished_at: float
-    stopped_by_us: bool
+    stopped_by_dtrain: bool
     log_path: str
     stderr_tail: tuple[str, ...] = ()
     reason: str | None = None
@@ -38,7 +38,7 @@ class TaskExit:
 
     @property
     def failed(self) -> bool:
-        if self.stopped_by_us:
+        if self.stopped_by_dtrain:
             return False
         return self.reason is not None or self.signal is not None or self.exit_code != 0
 
@@ -65,7 +65,7 @@ class TaskExit:
             )
         if self.signal is not None:
             name = signal_name(self.signal)
-            if self.stopped_by_us:
+            if self.stopped_by_dtrain:
                 return f"was stopped by dtrain ({name})"
             if self.is_killed_from_outside:
                 return f"was killed by {name} from outside dtrain"
@@ -77,7 +77,7 @@ class TaskExit:
         """Ended by SIGTERM/SIGKILL that dtrain did not send: `dtrain kill`, a person, the OOM
         killer."""
         return (
-            not self.stopped_by_us
+            not self.stopped_by_dtrain
             and self.reason is None
             and self.signal in (signal.SIGTERM, signal.SIGKILL)
         )
@@ -92,7 +92,7 @@ class TaskExit:
             "signal": self.signal,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
-            "stopped_by_dtrain": self.stopped_by_us,
+            "stopped_by_dtrain": self.stopped_by_dtrain,
             "failed": self.failed,
             "reason": self.reason,
             "detail": self.detail,
@@ -134,7 +134,7 @@ class JobResult:
 
     @property
     def stopped_count(self) -> int:
-        return sum(1 for e in self.exits if e.stopped_by_us)
+        return sum(1 for e in self.exits if e.stopped_by_dtrain)
 
     def to_dict(self) -> dict[str, object]:
         return {

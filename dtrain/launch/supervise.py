@@ -166,7 +166,7 @@ class Supervisor:
                 run,
                 exit_code=info.get(proto.EXITED_CODE),
                 signum=info.get(proto.EXITED_SIGNAL),
-                stopped_by_us=bool(info.get(proto.EXITED_STOPPED_BY_DTRAIN)),
+                stopped_by_dtrain=bool(info.get(proto.EXITED_STOPPED_BY_DTRAIN)),
                 reason=info.get(proto.EXITED_REASON),
                 detail=info.get(proto.EXITED_DETAIL),
             )
@@ -178,7 +178,7 @@ class Supervisor:
         run: TaskRun,
         exit_code: int | None,
         signum: int | None,
-        stopped_by_us: bool,
+        stopped_by_dtrain: bool,
         reason: str | None = None,
         detail: str | None = None,
     ) -> None:
@@ -191,7 +191,7 @@ class Supervisor:
             signal=signum,
             started_at=run.started_at,
             finished_at=time.time(),
-            stopped_by_us=stopped_by_us,
+            stopped_by_dtrain=stopped_by_dtrain,
             log_path=run.log_path,
             stderr_tail=tail,
             reason=reason,
@@ -236,7 +236,7 @@ class Supervisor:
                     run,
                     exit_code=None,
                     signum=None,
-                    stopped_by_us=self.stop_sent_at is not None,
+                    stopped_by_dtrain=self.stop_sent_at is not None,
                     reason=proto.REASON_LOST,
                     detail=why,
                 )

@@ -113,7 +113,7 @@ class Task:
         self.code = None
         self.signal = None
         self.exited_at = None
-        self.stopped_by_agent = False
+        self.stopped_by_dtrain = False
         self.reason = None
         self.detail = None
         self.kill_at = None
@@ -538,7 +538,7 @@ class Agent:
                 {
                     proto.EXITED_CODE: task.code,
                     proto.EXITED_SIGNAL: task.signal,
-                    proto.EXITED_STOPPED_BY_DTRAIN: task.stopped_by_agent,
+                    proto.EXITED_STOPPED_BY_DTRAIN: task.stopped_by_dtrain,
                     proto.EXITED_REASON: task.reason,
                     proto.EXITED_DETAIL: task.detail,
                     proto.EVENT_TIME: time.time(),
@@ -580,7 +580,7 @@ class Agent:
         now = time.monotonic()
         chosen = [t for t in self.tasks.values() if t.running and t.kill_at is None]
         for task in chosen:
-            task.stopped_by_agent = True
+            task.stopped_by_dtrain = True
             task.kill_at = now + max(float(grace_s), 0.0)
         self.signal_tasks(chosen, signal.SIGTERM)
 
@@ -588,7 +588,7 @@ class Agent:
         chosen = [t for t in self.tasks.values() if t.proc is not None]
         for task in chosen:
             if task.running:
-                task.stopped_by_agent = True
+                task.stopped_by_dtrain = True
             task.kill_at = None
         self.signal_tasks(chosen, signal.SIGKILL)
 

@@ -24,7 +24,7 @@ REPLY = 10  # JSON answer to a REQUEST: {"ok": true, ...} or {"error": "...", "h
 STARTED = 11  # JSON {"pid", "pgid", "time"} for the task in the header
 STDOUT = 12  # task output bytes
 STDERR = 13
-EXITED = 14  # JSON {"code", "signal", "stopped_by_agent", "reason", "detail", "time"}
+EXITED = 14  # JSON {"code", "signal", "stopped_by_dtrain", "reason", "detail", "time"}
 NOTICE = 15  # JSON {"message"}: something the person at the launcher should know
 
 # Every name both sides spell, spelled once. The agent, `dtrain.agents.ops` and the readers of
@@ -69,7 +69,7 @@ STARTED_PGID = "pgid"
 EVENT_TIME = "time"
 EXITED_CODE = "code"
 EXITED_SIGNAL = "signal"
-EXITED_STOPPED_BY_DTRAIN = "stopped_by_agent"
+EXITED_STOPPED_BY_DTRAIN = "stopped_by_dtrain"
 EXITED_REASON = "reason"
 EXITED_DETAIL = "detail"
 NOTICE_MESSAGE = "message"

@@ -188,7 +188,7 @@ class Job:
         return AgentEvent(as_session(session), kind, self.task_ids[task], payload)
 
     def started(self, task: str, pid: int) -> AgentEvent:
-        info = {"pid": pid, "pgid": pid, "time": 1700000000.0}
+        info = {"pid": pid, "pgid": pid, proto.EVENT_TIME: 1700000000.0}
         return self.event(task, proto.STARTED, json.dumps(info).encode())
 
     def output(self, task: str, data: bytes, is_stderr: bool = False) -> AgentEvent:
@@ -199,23 +199,23 @@ class Job:
         task: str,
         code: int | None = 0,
         signum: int | None = None,
-        stopped_by_agent: bool = False,
+        stopped_by_dtrain: bool = False,
         reason: str | None = None,
         detail: str | None = None,
     ) -> AgentEvent:
         info: dict[str, Any] = {
-            "code": code,
-            "signal": signum,
-            "stopped_by_agent": stopped_by_agent,
-            "reason": reason,
-            "detail": detail,
-            "time": 1700000000.0,
+            proto.EXITED_CODE: code,
+            proto.EXITED_SIGNAL: signum,
+            proto.EXITED_STOPPED_BY_DTRAIN: stopped_by_dtrain,
+            proto.EXITED_REASON: reason,
+            proto.EXITED_DETAIL: detail,
+            proto.EVENT_TIME: 1700000000.0,
         }
         return self.event(task, proto.EXITED, json.dumps(info).encode())
 
     def stopped(self, task: str, signum: int = signal.SIGTERM) -> AgentEvent:
         """The EXITED an agent sends for a task it signalled after dtrain's stop or kill."""
-        return self.exited(task, code=None, signum=signum, stopped_by_agent=True)
+        return self.exited(task, code=None, signum=signum, stopped_by_dtrain=True)
 
     def link_closed(self, host: str) -> LinkClosed:
         return LinkClosed(as_session(self.sessions[host]))
@@ -381,7 +381,7 @@ def test_gives_up_on_a_host_that_never_confirms_its_tasks_stopped(job: Job) -> N
     for task in ("server.0", "worker.0"):
         exit = job.exit_of(task)
         assert exit is not None
-        assert (exit.reason, exit.stopped_by_us, exit.detail) == ("lost", True, given_up)
+        assert (exit.reason, exit.stopped_by_dtrain, exit.detail) == ("lost", True, given_up)
         assert not exit.failed
     result = job.result()
     assert result.root_cause is not None
@@ -481,7 +481,7 @@ def test_a_host_silent_for_longer_than_the_lease_is_lost_with_exit_code_255(job:
     assert lost is not None
     assert lost.reason == "lost"
     assert lost.detail == "no heartbeat from h2 for 16s (host down or network partitioned)"
-    assert not lost.stopped_by_us
+    assert not lost.stopped_by_dtrain
     assert job.calls() == {"launcher": [(STOP, 17.0)], "h1": [(STOP, 17.0)], "h2": []}
 
     job.deliver(*(job.stopped(t) for t in ("scheduler", "server.0", "worker.0")))
@@ -529,7 +529,7 @@ def test_a_link_that_closes_while_the_job_stops_counts_as_stopped_not_failed(job
 
     server = job.exit_of("server.0")
     assert server is not None
-    assert (server.reason, server.stopped_by_us, server.failed) == ("lost", True, False)
+    assert (server.reason, server.stopped_by_dtrain, server.failed) == ("lost", True, False)
     result = job.result()
     assert result.root_cause is not None
     assert result.root_cause.label == "worker.1@h2"
