@@ -31,11 +31,10 @@ from dtrain.doctor.judge import (
     judge,
 )
 from dtrain.errors import Problem, RemoteError
-from dtrain.launch.lifecycle import _local_address
 from dtrain.plan.hosts import Host, local_host
 from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
-from dtrain.transport.machine import local_free_ports, local_hostname
+from dtrain.transport.machine import local_address, local_free_ports, local_hostname
 from dtrain.transport.options import SshOptions
 
 logger = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ def gather(
     remote_addresses = [
         str(hello[h.key].ssh_server_address or h.name) for h in request.hosts if h.key in hello
     ]
-    here_address = request.host_ip or _local_address(remote_addresses)
+    here_address = request.host_ip or local_address(remote_addresses)
     advertised = {
         h.key: advertised_address(h, hello[h.key], request.interface, here_address)
         for h in everyone

@@ -29,11 +29,11 @@ from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import JobPlan, PlacedTask
 from dtrain.transport.machine import (
+    local_address,
     local_free_ports,
     local_hostname,
     local_interfaces,
     resolve_address,
-    route_address,
 )
 from dtrain.transport.options import SshOptions
 
@@ -85,26 +85,19 @@ def gather_facts(
         hosts[key] = planner.HostFacts(
             address=address, interfaces=hello.interfaces, free_ports=hello.free_ports
         )
-    local_address = _local_address(remote_addresses)
+    here_address = local_address(remote_addresses)
     for key, reply in replies.items():
         host = sessions[key].host
         if host.is_local:
             hello = ops.HelloFacts.from_reply(reply)
             hosts[key] = planner.HostFacts(
-                address=local_address, interfaces=hello.interfaces, free_ports=hello.free_ports
+                address=here_address, interfaces=hello.interfaces, free_ports=hello.free_ports
             )
     if request.local_host.key not in hosts:
         hosts[request.local_host.key] = planner.HostFacts(
-            address=local_address, interfaces=local_interfaces()
+            address=here_address, interfaces=local_interfaces()
         )
     return planner.Facts(job_id=job_id, hosts=hosts)
-
-
-def _local_address(remote_addresses: Sequence[str]) -> str:
-    """127.0.0.1 when everything is local; else the address on the route to the first host."""
-    if not remote_addresses:
-        return "127.0.0.1"
-    return route_address(remote_addresses[0]) or "127.0.0.1"
 
 
 def dry_run_facts(
@@ -135,11 +128,8 @@ def dry_run_facts(
             free_ports=tuple(local_free_ports(ports.get(host.key, 0))),
         )
     here = local_interfaces()
-    local_address = _local_address(resolved) if resolved or not request.hosts else None
-    if local_address is None:  # no route known: this machine's first outward address
-        local_address = next((a for a in here.values() if not a.startswith("127.")), "127.0.0.1")
     hosts[request.local_host.key] = planner.HostFacts(
-        address=local_address,
+        address=local_address(resolved, here if request.hosts else None),
         interfaces=here,
         free_ports=tuple(local_free_ports(ports.get(request.local_host.key, 0))),
     )
@@ -261,7 +251,7 @@ class Launch:
         """doctor's quick subset (stale processes, the scheduler's port free on its host and
         reachable from every other) before anything is copied or started; this machine too."""
         assert self.plan is not None
-        from dtrain.doctor import gather  # gather builds on this module
+        from dtrain.doctor import gather  # imported when used: a dry run never needs it
         from dtrain.doctor.judge import Status
 
         started = time.monotonic()

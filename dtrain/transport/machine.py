@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Mapping, Sequence
 
 
 def route_address(destination: str) -> str | None:
@@ -16,6 +17,20 @@ def route_address(destination: str) -> str | None:
             return address
     except OSError:
         return None
+
+
+def local_address(toward: Sequence[str], here: Mapping[str, str] | None = None) -> str:
+    """The address other hosts reach this machine at (what tasks here advertise).
+
+    The one on the route to the first of `toward` (the other hosts' addresses); with none,
+    127.0.0.1 (everything is local), or, given `here` (this machine's interfaces) because the
+    other hosts' addresses are not known, its first address outside 127/8.
+    """
+    if toward:
+        return route_address(toward[0]) or "127.0.0.1"
+    if here is not None:
+        return next((a for a in here.values() if not a.startswith("127.")), "127.0.0.1")
+    return "127.0.0.1"
 
 
 def resolve_address(name: str) -> str | None:
