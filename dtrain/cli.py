@@ -18,6 +18,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 import click
 
 from dtrain import __version__, render
-from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
+from dtrain.errors import DtrainError, ExitCode, UsageError
 from dtrain.launch import joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts
 from dtrain.launch.sync import DEFAULT_EXCLUDES
@@ -435,41 +436,7 @@ ROLE_ENV_FLAGS = {
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @reports_errors_as_json("launch")
-def launch(
-    num_workers: int | None,
-    num_servers: int | None,
-    hostfile: Path | None,
-    framework: str,
-    scheduler_host: str | None,
-    host_ip: str | None,
-    interface: str | None,
-    port: int | None,
-    env_all: Sequence[str],
-    env_scheduler: Sequence[str],
-    env_server: Sequence[str],
-    env_worker: Sequence[str],
-    allow_env_override: bool,
-    workdir: Path | None,
-    log_dir: str,
-    grace: float,
-    timeout: float | None,
-    traceback_timeout: float,
-    heartbeat_timeout: float,
-    chief: bool,
-    ps_gpus: bool,
-    nproc_per_host: int | None,
-    gpus: str | None,
-    sync_dst_dir: str | None,
-    sync_exclude: Sequence[str],
-    remote_python: str,
-    ssh_config: Path | None,
-    accept_new_host_keys: bool,
-    connect_timeout: float | None,
-    dry_run: bool,
-    no_preflight: bool,
-    as_json: bool,
-    command: tuple[str, ...],
-) -> None:
+def launch(**given: Any) -> None:
     """Start a job: a scheduler, servers and workers (or collective ranks), and supervise it.
 
     Everything after -- is the training command, passed on untouched. Output lines are
@@ -483,59 +450,132 @@ def launch(
       dtrain launch --framework torch -n 4 -H hosts -- python examples/torch_ddp.py
       dtrain launch -n 2 --dry-run -- python train.py
     """
+    flags = LaunchFlags(**given)
+    request, options = config_from_flags(flags)
+    job_id = new_job_id()
+    if flags.dry_run:
+        print_dry_run(request, job_id, options.ssh, flags.as_json)
+        return
+    stderr = sys.stderr.buffer
+    console = TerminalConsole(stderr if flags.as_json else sys.stdout.buffer, stderr)
+    run = Launch(request, job_id, options, console, on_planned=announcer(console))
+    result = run.run()
+    sys.stderr.write(render.result_text(result))
+    if flags.as_json:
+        data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
+        emit_json(render.envelope("launch", result.exit_code, data, result.problems()))
+    raise SystemExit(result.exit_code)
+
+
+@dataclass(frozen=True)
+class LaunchFlags:
+    """`dtrain launch`'s flags as click parsed them (one field per option)."""
+
+    num_workers: int | None
+    num_servers: int | None
+    hostfile: Path | None
+    framework: str
+    scheduler_host: str | None
+    host_ip: str | None
+    interface: str | None
+    port: int | None
+    env_all: Sequence[str]
+    env_scheduler: Sequence[str]
+    env_server: Sequence[str]
+    env_worker: Sequence[str]
+    allow_env_override: bool
+    workdir: Path | None
+    log_dir: str
+    grace: float
+    timeout: float | None
+    traceback_timeout: float
+    heartbeat_timeout: float
+    chief: bool
+    ps_gpus: bool
+    nproc_per_host: int | None
+    gpus: str | None
+    sync_dst_dir: str | None
+    sync_exclude: Sequence[str]
+    remote_python: str
+    ssh_config: Path | None
+    accept_new_host_keys: bool
+    connect_timeout: float | None
+    dry_run: bool
+    no_preflight: bool
+    as_json: bool
+    command: tuple[str, ...]
+
+
+def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOptions]:
+    """The flags as what to run (the request planning reads) and how (the launch options)."""
     shell_env = dict(os.environ)
     role_env = {
         role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
         for role, items in (
-            (Role.SCHEDULER, env_scheduler),
-            (Role.SERVER, env_server),
-            (Role.WORKER, env_worker),
+            (Role.SCHEDULER, flags.env_scheduler),
+            (Role.SERVER, flags.env_server),
+            (Role.WORKER, flags.env_worker),
         )
         if items
     }
     request = planner.JobRequest(
-        command=command,
+        command=flags.command,
         local_host=local_host(local_hostname()),
-        framework=Framework.parse(framework),
-        num_workers=num_workers,
-        num_servers=num_servers,
-        hosts=read_hosts(hostfile),
-        scheduler_host=scheduler_host,
-        host_ip=host_ip,
-        interface=interface,
-        port=port,
-        env=planner.parse_env_assignments(env_all, shell_env, "--env"),
+        framework=Framework.parse(flags.framework),
+        num_workers=flags.num_workers,
+        num_servers=flags.num_servers,
+        hosts=read_hosts(flags.hostfile),
+        scheduler_host=flags.scheduler_host,
+        host_ip=flags.host_ip,
+        interface=flags.interface,
+        port=flags.port,
+        env=planner.parse_env_assignments(flags.env_all, shell_env, "--env"),
         role_env=role_env,
-        allow_env_override=allow_env_override,
+        allow_env_override=flags.allow_env_override,
         shell_env=shell_env,
-        workdir=str((workdir or Path.cwd()).absolute()),
-        sync_dst=sync_dst_dir,
-        chief=chief,
-        nproc_per_host=nproc_per_host,
-        gpus=tuple(g.strip() for g in gpus.split(",")) if gpus is not None else (),
-        ps_gpus=ps_gpus,
+        workdir=str((flags.workdir or Path.cwd()).absolute()),
+        sync_dst=flags.sync_dst_dir,
+        chief=flags.chief,
+        nproc_per_host=flags.nproc_per_host,
+        gpus=tuple(g.strip() for g in flags.gpus.split(",")) if flags.gpus is not None else (),
+        ps_gpus=flags.ps_gpus,
         local_cores=len(os.sched_getaffinity(0)),
     )
-    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    job_id = new_job_id()
-    if dry_run:
-        facts, unresolved = dry_run_facts(request, job_id, ssh)
-        plan = planner.plan_job(request, facts)
-        note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
-        if unresolved:
-            note += (
-                f"\nnote: {', '.join(unresolved)} "
-                f"{'does' if len(unresolved) == 1 else 'do'} not resolve from here: shown by name; "
-                "a launch uses the address ssh reaches each at"
-            )
-        if as_json:
-            emit_json(render.envelope("launch", 0, {"dry_run": True, "plan": plan.to_dict()}))
-        else:
-            click.echo(render.plan_text(plan, note), nl=False)
-        return
-    stdout = sys.stdout.buffer
-    stderr = sys.stderr.buffer
-    console = TerminalConsole(stderr if as_json else stdout, stderr)
+    options = LaunchOptions(
+        # a dry run writes no logs, so it does not judge --log-dir
+        log_root=Path(flags.log_dir) if flags.dry_run else joblog.check_root(flags.log_dir),
+        grace_s=flags.grace,
+        timeout_s=flags.timeout,
+        lease_s=flags.heartbeat_timeout,
+        traceback_timeout_s=flags.traceback_timeout,
+        ssh=make_ssh_options(flags.ssh_config, flags.accept_new_host_keys, flags.connect_timeout),
+        remote_python=flags.remote_python,
+        sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
+        preflight=not flags.no_preflight,
+        kill_command=kill_command_for(flags.hostfile, flags.ssh_config),
+    )
+    return request, options
+
+
+def print_dry_run(request: planner.JobRequest, job_id: str, ssh: SshOptions, as_json: bool) -> None:
+    """The plan, made with what can be known without connecting anywhere."""
+    facts, unresolved = dry_run_facts(request, job_id, ssh)
+    plan = planner.plan_job(request, facts)
+    note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
+    if unresolved:
+        note += (
+            f"\nnote: {', '.join(unresolved)} "
+            f"{'does' if len(unresolved) == 1 else 'do'} not resolve from here: shown by name; "
+            "a launch uses the address ssh reaches each at"
+        )
+    if as_json:
+        emit_json(render.envelope("launch", 0, {"dry_run": True, "plan": plan.to_dict()}))
+    else:
+        click.echo(render.plan_text(plan, note), nl=False)
+
+
+def announcer(console: TerminalConsole) -> Callable[[JobPlan, Path], None]:
+    """What a launch says once its plan is made: where the job runs and where its logs go."""
 
     def announce(plan: JobPlan, where: Path) -> None:
         hosts = plan.hosts
@@ -549,41 +589,7 @@ def launch(
         for message in plan.notes:
             console.note(message)
 
-    run = Launch(
-        request=request,
-        job_id=job_id,
-        options=LaunchOptions(
-            log_root=joblog.check_root(log_dir),
-            grace_s=grace,
-            timeout_s=timeout,
-            lease_s=heartbeat_timeout,
-            traceback_timeout_s=traceback_timeout,
-            ssh=ssh,
-            remote_python=remote_python,
-            sync_excludes=(*DEFAULT_EXCLUDES, *sync_exclude),
-            preflight=not no_preflight,
-            kill_command=kill_command_for(hostfile, ssh_config),
-        ),
-        console=console,
-        on_planned=announce,
-    )
-    result = run.run()
-    sys.stderr.write(render.result_text(result))
-    if as_json:
-        data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
-        problems = []
-        if result.root_cause is not None:
-            cause = result.root_cause
-            problems.append(
-                Problem(
-                    f"{cause.label} {cause.describe()}",
-                    host=cause.host,
-                    code="task_failed",
-                    hint=f"full log: {cause.log_path}",
-                )
-            )
-        emit_json(render.envelope("launch", result.exit_code, data, problems))
-    raise SystemExit(result.exit_code)
+    return announce
 
 
 # ---- ps and kill -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dtrain.agents import ops
-from dtrain.agents.group import AgentGroup, Reply
+from dtrain.agents.group import AgentGroup, Replies, Reply
 from dtrain.agents.session import AgentSession
 from dtrain.doctor import parity
 from dtrain.doctor.judge import (
@@ -107,16 +107,7 @@ def gather(
     """
     everyone = (here, *request.hosts)
     shown = {h.key: h.display for h in everyone}
-    hellos = ops.hello(sessions, STEP_TIMEOUT_S)
-    failed = dict(problems)
-    for key, error in hellos.failed.items():
-        failed[key] = Problem(
-            f"connected, but dtrain's agent did not answer: {error.what}",
-            host=shown[key],
-            hint=error.hint or "rerun with --debug to see what the login shell printed",
-        )
-        sessions.pop(key, None)
-    hello = {key: ops.HelloFacts.from_reply(r) for key, r in hellos.succeeded.items()}
+    hello, failed = _hello(sessions, shown, problems)
     remote_addresses = [
         str(hello[h.key].ssh_server_address or h.name) for h in request.hosts if h.key in hello
     ]
@@ -148,33 +139,20 @@ def gather(
         STEP_TIMEOUT_S,
         lambda s: {"environment": False, "firewall_tools": True} if s.host.key in blocked else None,
     )
-    observed = []
-    for host in everyone:
-        reply = probes.get(host.key, RemoteError("no answer"))
-        sent, answered = probes.times.get(host.key, (0.0, 0.0))
-        probe = reply if isinstance(reply, dict) else {}
-        skew = None
-        if probe.get("time") is not None:
-            skew = float(probe["time"]) - (sent + answered) / 2
-        tool_reply = tools.get(host.key, {})
-        observed.append(
-            Observed(
-                name=host.display,
-                is_local=host.is_local,
-                problem=failed.get(host.key),
-                connect_s=connect_s.get(host.key),
-                advertised=advertised.get(host.key),
-                interfaces=hello[host.key].interfaces if host.key in hello else {},
-                listen_error=listen_errors.get(host.key),
-                probe=probe,
-                probe_error=_error_text(reply),
-                clock_skew_s=skew,
-                scan=scans.get(host.key),
-                firewall_tools=tuple(
-                    tool_reply.get("firewall_tools") or () if isinstance(tool_reply, dict) else ()
-                ),
-            )
+    observed = [
+        _observed(
+            host,
+            probes,
+            tools,
+            hello.get(host.key),
+            problem=failed.get(host.key),
+            connect_s=connect_s.get(host.key),
+            advertised=advertised.get(host.key),
+            listen_error=listen_errors.get(host.key),
+            scan=scans.get(host.key),
         )
+        for host in everyone
+    ]
     return Survey(
         hosts=tuple(observed),
         connects=_as_shown(connects, shown),
@@ -189,6 +167,53 @@ def gather(
         ),
         kill_command=request.kill_command,
         wait_s=request.wait_s,
+    )
+
+
+def _hello(
+    sessions: dict[str, AgentSession], shown: Mapping[str, str], problems: Mapping[str, Problem]
+) -> tuple[dict[str, ops.HelloFacts], dict[str, Problem]]:
+    """Each agent's hello, and the problems so far plus those of agents that did not answer
+    (whose sessions are dropped: nothing more is asked of them)."""
+    hellos = ops.hello(sessions, STEP_TIMEOUT_S)
+    failed = dict(problems)
+    for key, error in hellos.failed.items():
+        failed[key] = Problem(
+            f"connected, but dtrain's agent did not answer: {error.what}",
+            host=shown[key],
+            hint=error.hint or "rerun with --debug to see what the login shell printed",
+        )
+        sessions.pop(key, None)
+    return {key: ops.HelloFacts.from_reply(r) for key, r in hellos.succeeded.items()}, failed
+
+
+def _observed(
+    host: Host,
+    probes: Replies,
+    tools: Replies,
+    hello: ops.HelloFacts | None,
+    **found: Any,
+) -> Observed:
+    """What doctor learned of one host: its probe (and the clock skew the probe's round trip
+    shows), the firewall tools of a host a probe could not reach, and what was `found` before."""
+    reply = probes.get(host.key, RemoteError("no answer"))
+    sent, answered = probes.times.get(host.key, (0.0, 0.0))
+    probe = reply if isinstance(reply, dict) else {}
+    skew = None
+    if probe.get("time") is not None:
+        skew = float(probe["time"]) - (sent + answered) / 2
+    tool_reply = tools.get(host.key, {})
+    return Observed(
+        name=host.display,
+        is_local=host.is_local,
+        interfaces=hello.interfaces if hello is not None else {},
+        probe=probe,
+        probe_error=_error_text(reply),
+        clock_skew_s=skew,
+        firewall_tools=tuple(
+            tool_reply.get("firewall_tools") or () if isinstance(tool_reply, dict) else ()
+        ),
+        **found,
     )
 
 

@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass
 from enum import Enum
 
-from dtrain.errors import ExitCode, signal_exit_code
+from dtrain.errors import ExitCode, Problem, signal_exit_code
 from dtrain.remote import proto
 
 
@@ -135,6 +135,20 @@ class JobResult:
     @property
     def stopped_count(self) -> int:
         return sum(1 for e in self.exits if e.stopped_by_dtrain)
+
+    def problems(self) -> list[Problem]:
+        """The job's root cause as `--json` reports it: the first failure and its log."""
+        cause = self.root_cause
+        if cause is None:
+            return []
+        return [
+            Problem(
+                f"{cause.label} {cause.describe()}",
+                host=cause.host,
+                code="task_failed",
+                hint=f"full log: {cause.log_path}",
+            )
+        ]
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import getpass
 import hashlib
 import logging
@@ -564,18 +565,7 @@ def describe_connect_error(
 ) -> Problem:
     """Turn whatever paramiko or the socket raised into a message that says what to do."""
     where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
-
-    def grouped(code: str, reason: str, hint: str, group_hint: str, message: str = "") -> Problem:
-        """A problem that prints as one line with every other host failing for `reason`."""
-        return Problem(
-            message or f"{where}: {reason}",
-            host=host.display,
-            hint=hint,
-            code=code,
-            reason=reason,
-            subject=where,
-            group_hint=group_hint,
-        )
+    grouped = functools.partial(_grouped, where, host)
 
     if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
         return grouped(
@@ -596,25 +586,8 @@ def describe_connect_error(
             "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
             "client (sshd's log says why); --debug shows the ssh exchange",
         )
-    if isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException)):
-        return _host_key_problem(where, host, target, exc)
-    if isinstance(exc, paramiko.PasswordRequiredException):
-        return Problem(
-            f"{where}: the ssh key is protected by a passphrase and dtrain never prompts",
-            host=host.display,
-            code="auth_passphrase",
-            hint="load the key into ssh-agent first (eval $(ssh-agent); ssh-add KEY)",
-        )
-    if isinstance(exc, paramiko.BadAuthenticationType):
-        allowed = ", ".join(exc.allowed_types) or "none"
-        return Problem(
-            f"{where}: the server accepts only {allowed} logins as {target.user}; dtrain uses "
-            "keys and never asks for a password",
-            host=host.display,
-            code="auth_password_only",
-            hint=f"install your public key on {host.name}: ssh-copy-id -p {target.port} "
-            f"{target.user}@{target.hostname}",
-        )
+    if isinstance(exc, NO_LOGIN):
+        return _no_login_problem(where, host, target, exc)
     if isinstance(exc, paramiko.AuthenticationException):
         tried = ", ".join(target.identity_files) or "ssh-agent and ~/.ssh/id_*"
         return grouped(
@@ -658,10 +631,56 @@ def describe_connect_error(
     )
 
 
-def _host_key_problem(
-    where: str, host: Host, target: SshTarget, exc: UnknownHostKey | paramiko.BadHostKeyException
+def _grouped(
+    where: str,
+    host: Host,
+    code: str,
+    reason: str,
+    hint: str,
+    group_hint: str,
+    message: str = "",
 ) -> Problem:
-    """A host key that known_hosts does not have, or that changed."""
+    """A problem that prints as one line with every other host failing for `reason`."""
+    return Problem(
+        message or f"{where}: {reason}",
+        host=host.display,
+        hint=hint,
+        code=code,
+        reason=reason,
+        subject=where,
+        group_hint=group_hint,
+    )
+
+
+# Answers that mean this host will not let dtrain in as things are: each its own line.
+NO_LOGIN = (
+    UnknownHostKey,
+    paramiko.BadHostKeyException,
+    paramiko.PasswordRequiredException,
+    paramiko.BadAuthenticationType,
+)
+
+
+def _no_login_problem(where: str, host: Host, target: SshTarget, exc: BaseException) -> Problem:
+    """A host key that known_hosts lacks or that changed, a key with a passphrase, a server
+    that wants a password: what to do differs for each, so none is grouped."""
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return Problem(
+            f"{where}: the ssh key is protected by a passphrase and dtrain never prompts",
+            host=host.display,
+            code="auth_passphrase",
+            hint="load the key into ssh-agent first (eval $(ssh-agent); ssh-add KEY)",
+        )
+    if isinstance(exc, paramiko.BadAuthenticationType):
+        allowed = ", ".join(exc.allowed_types) or "none"
+        return Problem(
+            f"{where}: the server accepts only {allowed} logins as {target.user}; dtrain uses "
+            "keys and never asks for a password",
+            host=host.display,
+            code="auth_password_only",
+            hint=f"install your public key on {host.name}: ssh-copy-id -p {target.port} "
+            f"{target.user}@{target.hostname}",
+        )
     entry = known_hosts_entry(target.hostname, target.port)
     if isinstance(exc, UnknownHostKey):
         return Problem(
@@ -673,6 +692,7 @@ def _host_key_problem(
             f"(or: ssh-keyscan -p {target.port} {target.hostname} >> "
             f"{target.known_hosts_files[0]}); entry name: {entry}",
         )
+    assert isinstance(exc, paramiko.BadHostKeyException)
     return Problem(
         f"{where}: HOST KEY CHANGED: it presents {exc.key.get_name()} "
         f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}; "
