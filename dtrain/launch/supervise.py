@@ -166,7 +166,10 @@ class Supervisor:
                 run,
                 exit_code=info.get(proto.EXITED_CODE),
                 signum=info.get(proto.EXITED_SIGNAL),
-                stopped_by_dtrain=bool(info.get(proto.EXITED_STOPPED_BY_DTRAIN)),
+                # the agent also stops tasks on its own (it lost the launcher, or was
+                # signalled): only a stop dtrain sent makes the exit dtrain's doing
+                stopped_by_dtrain=bool(info.get(proto.EXITED_STOPPED_BY_DTRAIN))
+                and self.stop_sent_at is not None,
                 reason=info.get(proto.EXITED_REASON),
                 detail=info.get(proto.EXITED_DETAIL),
             )
@@ -264,7 +267,8 @@ class Supervisor:
             session.stop(self.options.grace_s)
 
     def kill_all(self) -> None:
-        self.kill_sent_at = self.clock()
+        if self.kill_sent_at is None:  # more Ctrl-Cs kill again, but never wait longer
+            self.kill_sent_at = self.clock()
         if self.stop_sent_at is None:
             self.stop_sent_at = self.kill_sent_at
         for session in self.live_sessions():

@@ -592,6 +592,28 @@ def test_first_interrupt_stops_every_task_and_the_second_kills_at_once(
     assert result.stopped_count == 3
 
 
+def test_workers_an_agent_stopped_on_its_own_fail_the_job(job: Job) -> None:
+    job.advance_to(20.0)  # dtrain sent no stop: the agent lost the launcher, or was signalled
+    job.deliver(job.stopped("worker.0"), job.stopped("worker.1"))
+    worker = job.exit_of("worker.0")
+    assert worker is not None and worker.failed and not worker.stopped_by_dtrain
+    job.deliver(*(job.stopped(t) for t in ("scheduler", "server.0")))
+    result = job.result()
+    assert result.state is JobState.FAILED
+    assert result.root_cause is not None and result.root_cause.task == "worker.0"
+    assert result.exit_code == 128 + signal.SIGTERM
+
+
+def test_more_interrupts_kill_again_but_never_push_the_give_up_back(job: Job) -> None:
+    job.deliver(Interrupt(signal.SIGINT))
+    for now in (2.0, 3.0, 4.0):
+        job.advance_to(now)
+        job.deliver(Interrupt(signal.SIGINT))
+    assert job.calls()["h2"] == [(STOP, 0.0), *((KILL, t) for t in (2.0, 3.0, 4.0))]
+    job.advance_to(2.0 + GIVE_UP_AFTER_KILL_S + 0.1)  # counted from the first kill
+    assert job.supervisor.is_done()
+
+
 # ---- output -----------------------------------------------------------------------------------
 
 
