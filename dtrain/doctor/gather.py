@@ -32,6 +32,7 @@ from dtrain.doctor.judge import (
 )
 from dtrain.errors import Problem, RemoteError
 from dtrain.plan.hosts import Host, local_host
+from dtrain.plan.planner import workdir_on
 from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
 from dtrain.transport.machine import local_address, local_free_ports, local_hostname
@@ -218,7 +219,7 @@ def _observed(
 
 
 def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
-    workdir = request.sync_dst if request.sync_dst and not host.is_local else request.workdir
+    workdir = workdir_on(host.is_local, request.workdir, request.sync_dst)
     fields: dict[str, Any] = {
         "interpreter": parity.interpreter_of(request.command),
         "workdir": workdir,

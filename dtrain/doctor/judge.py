@@ -16,6 +16,7 @@ from dtrain.doctor import parity
 from dtrain.errors import ExitCode, Problem
 from dtrain.plan.frameworks import MANAGED_VARS
 from dtrain.plan.hosts import is_loopback
+from dtrain.plan.planner import workdir_on
 from dtrain.plan.spec import Framework
 from dtrain.processes.results import HostScan, JobProcess, duration_text
 from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR
@@ -161,7 +162,7 @@ class Survey:
 
     def workdir_of(self, host: Observed) -> str:
         """Remote tasks run in the synced copy when there is one; local tasks in the original."""
-        return self.sync_dst if self.sync_dst is not None and not host.is_local else self.workdir
+        return workdir_on(host.is_local, self.workdir, self.sync_dst)
 
 
 @dataclass(frozen=True, slots=True)

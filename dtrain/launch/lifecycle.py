@@ -62,9 +62,10 @@ def gather_facts(
     job_id: str,
     sessions: Mapping[str, AgentSession],
     options: LaunchOptions,
+    placed: Sequence[PlacedTask] | None = None,
 ) -> planner.Facts:
     """Ask every agent about its host; addresses are the ones ssh reached them at."""
-    ports = planner.ports_needed(request)
+    ports = planner.ports_needed(request, placed)
     replies = ops.hello(
         sessions,
         REQUEST_TIMEOUT_S,
@@ -178,8 +179,8 @@ class Launch:
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
-                facts = gather_facts(self.request, self.job_id, sessions, self.options)
-                self.plan = planner.plan_job(self.request, facts)
+                facts = gather_facts(self.request, self.job_id, sessions, self.options, placed)
+                self.plan = planner.plan_job(self.request, facts, placed)
                 phase("facts gathered and plan made")
                 if self.options.preflight:
                     self._preflight(sessions)

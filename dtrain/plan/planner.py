@@ -369,9 +369,12 @@ def _place_collective(request: JobRequest, hosts: Sequence[Host]) -> list[Placed
     return result
 
 
-def ports_needed(request: JobRequest) -> dict[str, int]:
-    """How many free ports each host must offer (by `Host.key`) before the plan can be made."""
-    placed = place(request)
+def ports_needed(request: JobRequest, placed: Sequence[PlacedTask] | None = None) -> dict[str, int]:
+    """How many free ports each host must offer (by `Host.key`) before the plan can be made.
+
+    `placed` is `place(request)` when the caller has it already (placing twice costs time at
+    100000 tasks)."""
+    placed = place(request) if placed is None else placed
     shape = _shape(request)
     needed: dict[str, int] = {}
     if request.port is not None:
@@ -385,9 +388,12 @@ def ports_needed(request: JobRequest) -> dict[str, int]:
     return needed
 
 
-def plan_job(request: JobRequest, facts: Facts) -> JobPlan:
-    """Turn a request and the facts looked up for it into a complete plan."""
-    placed = place(request)
+def plan_job(
+    request: JobRequest, facts: Facts, placed: Sequence[PlacedTask] | None = None
+) -> JobPlan:
+    """Turn a request and the facts looked up for it into a complete plan (`placed`: as for
+    `ports_needed`)."""
+    placed = place(request) if placed is None else placed
     shape = _shape(request)
     where: dict[str, tuple[str, str | None]] = {}  # per host: the address, the interface
     for t in placed:
@@ -515,10 +521,13 @@ def _notes(request: JobRequest, specs: Sequence[TaskSpec]) -> tuple[str, ...]:
 
 
 def _task_workdir(request: JobRequest, host: Host) -> str:
-    """Remote tasks run in the synced copy when there is one; local tasks in the original."""
-    if request.sync_dst is not None and not host.is_local:
-        return request.sync_dst
-    return request.workdir
+    return workdir_on(host.is_local, request.workdir, request.sync_dst)
+
+
+def workdir_on(is_local: bool, workdir: str, sync_dst: str | None) -> str:
+    """Where a host's tasks run: remote ones in the synced copy when there is one, local ones
+    in the original (launch, doctor's probe and doctor's judgement all ask this)."""
+    return sync_dst if sync_dst and not is_local else workdir
 
 
 def _host_facts(facts: Facts, host: Host) -> HostFacts:
