@@ -147,7 +147,9 @@ def listen(
 
     def fields(session: AgentSession) -> dict[str, Any] | None:
         endpoint = endpoint_for(session)
-        return None if endpoint is None else {"address": endpoint[0], "port": endpoint[1]}
+        if endpoint is None:
+            return None
+        return {proto.LISTEN_ADDRESS: endpoint[0], proto.LISTEN_PORT: endpoint[1]}
 
     return request_each(sessions, proto.OP_LISTEN, timeout_s, fields)
 
@@ -176,7 +178,7 @@ def connect(
 
     def fields(session: AgentSession) -> dict[str, Any] | None:
         targets = targets_for(session)
-        return {"targets": targets, "wait_s": wait_s} if targets else None
+        return {proto.CONNECT_TARGETS: targets, "wait_s": wait_s} if targets else None
 
     return request_each(sessions, proto.OP_CONNECT, timeout_s, fields)
 
@@ -198,7 +200,7 @@ def sync_plan(
         files=[list(f) for f in files],
         links=[list(link) for link in links],
     )
-    need: list[int] = reply["need"]
+    need: list[int] = reply[proto.SYNC_NEED]
     return need
 
 

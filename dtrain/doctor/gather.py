@@ -35,6 +35,7 @@ from dtrain.plan.hosts import Host, local_host
 from dtrain.plan.planner import workdir_on
 from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
+from dtrain.remote import proto
 from dtrain.transport.machine import local_address, local_free_ports, local_hostname
 from dtrain.transport.options import SshOptions
 
@@ -132,7 +133,7 @@ def gather(
         answered = probes.times[here.key][1]
         if isinstance(reply, dict):
             scheduler = replace(
-                scheduler, holders=tuple(reply.get("port_holders") or ()), now=answered
+                scheduler, holders=tuple(reply.get(proto.PROBE_PORT_HOLDERS) or ()), now=answered
             )
     blocked = {c.dst for c in connects if not c.is_ok} | {c.src for c in connects if not c.is_ok}
     tools = ops.probe(
@@ -201,8 +202,8 @@ def _observed(
     sent, answered = probes.times.get(host.key, (0.0, 0.0))
     probe = reply if isinstance(reply, dict) else {}
     skew = None
-    if probe.get("time") is not None:
-        skew = float(probe["time"]) - (sent + answered) / 2
+    if probe.get(proto.REPLY_TIME) is not None:
+        skew = float(probe[proto.REPLY_TIME]) - (sent + answered) / 2
     tool_reply = tools.get(host.key, {})
     return Observed(
         name=host.display,
@@ -212,7 +213,7 @@ def _observed(
         probe_error=_error_text(reply),
         clock_skew_s=skew,
         firewall_tools=tuple(
-            tool_reply.get("firewall_tools") or () if isinstance(tool_reply, dict) else ()
+            tool_reply.get(proto.PROBE_FIREWALL_TOOLS) or () if isinstance(tool_reply, dict) else ()
         ),
         **found,
     )
@@ -284,7 +285,7 @@ def probe_network(
         elif reply.get("error"):
             listen_errors[name] = str(reply["error"])
         else:
-            endpoints[name] = (str(reply["address"]), int(reply["port"]))
+            endpoints[name] = (str(reply[proto.LISTEN_ADDRESS]), int(reply[proto.LISTEN_PORT]))
     if scheduler.host in listen_errors:
         scheduler = replace(scheduler, listen_error=listen_errors.pop(scheduler.host))
         if "in use" in (scheduler.listen_error or ""):
@@ -313,7 +314,7 @@ def probe_network(
     for src, reply in tried.items():
         if isinstance(reply, RemoteError):
             continue
-        for result in reply.get("results", ()):
+        for result in reply.get(proto.CONNECT_RESULTS, ()):
             connects.append(
                 Connect(
                     src=src,

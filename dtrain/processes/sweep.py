@@ -21,6 +21,7 @@ from dtrain.agents.session import AgentSession
 from dtrain.errors import Problem, RemoteError
 from dtrain.plan.hosts import Host, local_host
 from dtrain.processes.results import HostKill, HostScan, JobProcess, Survivor
+from dtrain.remote import proto
 from dtrain.transport.machine import local_hostname
 from dtrain.transport.options import SshOptions
 
@@ -137,11 +138,12 @@ def kill_sessions(
             found,
             grace_s,
             dry_run,
-            by_term=frozenset(reply.get("term", ())),
-            by_kill=frozenset(reply.get("kill", ())),
-            already_gone=frozenset(reply.get("gone", ())),
+            by_term=frozenset(reply.get(proto.KILL_TERM, ())),
+            by_kill=frozenset(reply.get(proto.KILL_KILL, ())),
+            already_gone=frozenset(reply.get(proto.KILL_GONE, ())),
             survivors=tuple(
-                Survivor(int(s["pid"]), str(s["reason"])) for s in reply.get("survivors", ())
+                Survivor(int(s["pid"]), str(s["reason"]))
+                for s in reply.get(proto.KILL_SURVIVORS, ())
             ),
         )
     return results
@@ -155,9 +157,12 @@ def _host_scan(session: AgentSession, reply: Reply) -> HostScan:
             error=Problem(reply.what, host=host.display, hint=reply.hint, code=reply.code),
             is_local=host.is_local,
         )
-    now = float(reply.get("time", 0.0))
-    processes = tuple(JobProcess.from_agent(entry, now) for entry in reply.get("processes", ()))
-    return HostScan(host.display, processes, user=reply.get("user"), is_local=host.is_local)
+    now = float(reply.get(proto.REPLY_TIME, 0.0))
+    found = reply.get(proto.SCAN_PROCESSES, ())
+    processes = tuple(JobProcess.from_agent(entry, now) for entry in found)
+    return HostScan(
+        host.display, processes, user=reply.get(proto.SCAN_USER), is_local=host.is_local
+    )
 
 
 def _in_order(

@@ -364,15 +364,17 @@ class Agent:
         self.last_heard = time.monotonic()  # helper programs ran inside this request: not a silence
 
     def op_listen(self, request):
-        self.reply(dict(probe.listen(request["address"], int(request.get("port", 0))), ok=True))
+        address, port = request[proto.LISTEN_ADDRESS], int(request.get(proto.LISTEN_PORT, 0))
+        self.reply(dict(probe.listen(address, port), ok=True))
 
     def op_unlisten(self, request):
         self.reply({"ok": True, "open": probe.unlisten(request.get("ports"))})
 
     def op_connect(self, request):
-        results = probe.connect_all(request["targets"], float(request.get("wait_s", 2.0)))
+        targets = request[proto.CONNECT_TARGETS]
+        results = probe.connect_all(targets, float(request.get("wait_s", 2.0)))
         self.last_heard = time.monotonic()
-        self.reply({"ok": True, "results": results})
+        self.reply({"ok": True, proto.CONNECT_RESULTS: results})
 
     def op_sync_plan(self, request):
         try:
@@ -387,7 +389,7 @@ class Agent:
                 }
             )
             return
-        self.reply({"ok": True, "need": need})
+        self.reply({"ok": True, proto.SYNC_NEED: need})
 
     def op_sync_put(self, request):
         receiver = files.Receiver(request["dst"], request["files"])
@@ -404,7 +406,7 @@ class Agent:
             elif not receiver.done:
                 self.reply({proto.ERROR: "the file stream ended early"})
             else:
-                self.reply({"ok": True, "written": receiver.written})
+                self.reply({"ok": True, proto.SYNC_WRITTEN: receiver.written})
 
         self.data_handler = on_data
 

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
-from . import procs
+from . import procs, proto
 
 ENV_PREFIXES = ("DMLC_", "PS_")
 ENV_NAMES = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
@@ -342,9 +342,9 @@ def facts(request):
         result["gpu"] = gpu_facts()
         result["hostname"] = hostname_facts()
     if request.get("port"):
-        result["port_holders"] = port_holders(int(request["port"]))
+        result[proto.PROBE_PORT_HOLDERS] = port_holders(int(request["port"]))
     if request.get("firewall_tools"):
-        result["firewall_tools"] = firewall_tools()
+        result[proto.PROBE_FIREWALL_TOOLS] = firewall_tools()
     result["time"] = time.time()
     return result
 

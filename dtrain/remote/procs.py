@@ -11,6 +11,7 @@ import signal
 import time
 from typing import Dict, List, Tuple  # noqa: F401 - used in type comments
 
+from . import proto
 from .proto import JOB_ID_VAR, ROLE_VAR, TAG_VARS, TASK_VAR
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -406,10 +407,10 @@ def scan(job=None, include_dmlc=True):
 
 def _found(table, selected):
     return {
-        "processes": describe(table, selected),
-        "time": time.time(),
+        proto.SCAN_PROCESSES: describe(table, selected),
+        proto.REPLY_TIME: time.time(),
         "uid": os.getuid(),
-        "user": user_name(),
+        proto.SCAN_USER: user_name(),
     }
 
 
@@ -421,7 +422,9 @@ def kill(job=None, include_dmlc=True, grace_s=5.0, dry_run=False, rounds=3):
     """
     table, selected = find(job, include_dmlc)
     reply = _found(table, selected)
-    reply.update({"term": [], "kill": [], "gone": [], "survivors": [], "dry_run": bool(dry_run)})
+    for field in (proto.KILL_TERM, proto.KILL_KILL, proto.KILL_GONE, proto.KILL_SURVIVORS):
+        reply[field] = []
+    reply["dry_run"] = bool(dry_run)
     if dry_run:
         return reply
     errors = {}  # type: Dict[int, str]
@@ -434,18 +437,18 @@ def kill(job=None, include_dmlc=True, grace_s=5.0, dry_run=False, rounds=3):
             selected = [pid for pid in fresh if (pid, table[pid].start_ticks) not in known]
             if not selected:
                 break
-            reply["processes"].extend(describe(table, selected))
+            reply[proto.SCAN_PROCESSES].extend(describe(table, selected))
             known.update((pid, table[pid].start_ticks) for pid in selected)
             grace = min(grace, 1.0)
         by_term, by_kill, left, gone = terminate(table, selected, grace, errors=errors)
-        reply["term"].extend(by_term)
-        reply["kill"].extend(by_kill)
-        reply["gone"].extend(gone)
+        reply[proto.KILL_TERM].extend(by_term)
+        reply[proto.KILL_KILL].extend(by_kill)
+        reply[proto.KILL_GONE].extend(gone)
         survivors.extend((pid, table[pid].start_ticks) for pid in left)
-    reply["survivors"] = [
+    reply[proto.KILL_SURVIVORS] = [
         {"pid": pid, "reason": why_alive(pid, errors)}
         for pid, ticks in survivors
         if alive(pid, ticks)
     ]
-    reply["time"] = time.time()
+    reply[proto.REPLY_TIME] = time.time()
     return reply

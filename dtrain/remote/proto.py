@@ -80,6 +80,23 @@ REASON_SPAWN_FAILED = "spawn-failed"
 REASON_TRACEBACK_HANG = "traceback-hang"
 REASON_LOST = "lost"  # set by the launcher: the task's host stopped answering
 
+# the other replies' fields the launcher reads (doctor's probe facts are probe.py's document)
+REPLY_TIME = "time"  # the host's clock when it answered
+SCAN_PROCESSES = "processes"
+SCAN_USER = "user"
+KILL_TERM = "term"  # pids gone after SIGTERM
+KILL_KILL = "kill"  # pids gone after SIGKILL
+KILL_GONE = "gone"  # pids gone before they were signalled
+KILL_SURVIVORS = "survivors"  # [{"pid", "reason"}]: still there after SIGKILL
+LISTEN_ADDRESS = "address"
+LISTEN_PORT = "port"
+CONNECT_TARGETS = "targets"  # request: [{"to", "address", "port"}]
+CONNECT_RESULTS = "results"  # reply: each target with "ok", "error", "elapsed_s"
+SYNC_NEED = "need"
+SYNC_WRITTEN = "written"
+PROBE_PORT_HOLDERS = "port_holders"
+PROBE_FIREWALL_TOOLS = "firewall_tools"
+
 # tag variables: every task's environment carries them; `ps`, `kill` and cleanup find by them
 JOB_ID_VAR = "DTRAIN_JOB_ID"
 TASK_VAR = "DTRAIN_TASK"
