@@ -17,7 +17,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,13 +28,14 @@ import click
 from dtrain import __version__, render
 from dtrain.errors import DtrainError, ExitCode, UsageError
 from dtrain.launch import joblog
-from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts
+from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
 from dtrain.launch.sync import DEFAULT_EXCLUDES
 from dtrain.plan import planner
+from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host, local_host, parse_hosts
 from dtrain.plan.spec import Framework, JobPlan, Role, TaskSpec
 from dtrain.transport.machine import local_hostname
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import SlurmOptions, SshOptions
 
 if TYPE_CHECKING:
     from dtrain.processes import results
@@ -116,6 +117,119 @@ def ssh_options(func: F) -> F:
     ):
         func = decorator(func)
     return func
+
+
+LAUNCHERS = ("auto", "local", "ssh", "slurm")
+
+
+def launcher_option(func: F) -> F:
+    return click.option(
+        "--launcher",
+        type=click.Choice(LAUNCHERS),
+        default="auto",
+        show_default=True,
+        help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
+        "(salloc, sbatch) its nodes through Slurm; else this machine only.",
+    )(func)
+
+
+def allocation_options(func: F) -> F:
+    """`--launcher slurm --nodes N` and the srun options the allocation is made with."""
+    options = [
+        click.option("--nodes", type=click.IntRange(1, 100_000), help="slurm: allocate N nodes."),
+        click.option("--partition", help="slurm: the partition (srun --partition)."),
+        click.option("--time", "time_limit", help="slurm: the time limit (srun --time)."),
+        click.option("--account", help="slurm: the account to charge (srun --account)."),
+        click.option("--gpus-per-node", help="slurm: GPUs on each node (srun --gpus-per-node)."),
+        click.option(
+            "--srun-arg",
+            "srun_args",
+            multiple=True,
+            metavar="ARG",
+            help="slurm: pass ARG to the srun that makes the allocation, e.g. "
+            "--srun-arg=--constraint=a100 (repeatable).",
+        ),
+    ]
+    for decorator in reversed(options):
+        func = decorator(func)
+    return func
+
+
+@dataclass(frozen=True)
+class Where:
+    """Which hosts a command acts on, and whether their agents start through Slurm."""
+
+    hosts: tuple[Host, ...]
+    slurm: SlurmOptions | None = None
+    note: str | None = None  # `inside Slurm job 1234: 4 nodes h[1-4]`
+
+
+def where_to_run(
+    launcher: str,
+    hostfile: Path | None,
+    env: Mapping[str, str],
+    allocation: SlurmOptions | None = None,
+) -> Where:
+    """-H, --launcher and the Slurm allocation this shell may be in, as hosts and an engine.
+
+    Inside an allocation with no -H, its nodes are the hosts; a node list that cannot be
+    expanded is an error, never a fall back to this machine alone.
+    """
+    if allocation is not None and launcher != "slurm":
+        raise UsageError(
+            "--nodes and the other Slurm options make an allocation",
+            hint="add --launcher slurm, or drop them",
+        )
+    if launcher == "slurm" and hostfile is not None:
+        raise UsageError(
+            "-H and --launcher slurm: Slurm chooses the nodes",
+            hint="drop -H to run on the allocation's nodes, or pass --launcher ssh",
+        )
+    if launcher == "ssh" and hostfile is None:
+        raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
+    if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
+        return Where(read_hosts(hostfile) if launcher != "local" else ())
+    if allocation is not None:
+        return Where((), allocation)
+    if not plan_slurm.in_allocation(env):
+        if launcher == "slurm":
+            raise UsageError(
+                "--launcher slurm outside a Slurm allocation",
+                hint="pass --nodes N to make one, or run dtrain inside salloc or sbatch",
+            )
+        return Where(())
+    from dtrain.transport import slurm
+
+    found = slurm.current_allocation(env)
+    summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
+    note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
+    return Where(found.hosts(), SlurmOptions(), note)
+
+
+def allocation_from_flags(
+    nodes: int | None,
+    partition: str | None,
+    time_limit: str | None,
+    account: str | None,
+    gpus_per_node: str | None,
+    srun_args: Sequence[str],
+) -> SlurmOptions | None:
+    """The srun options of `--launcher slurm --nodes N`, or None when none was given."""
+    named = [
+        (f"--partition={partition}", partition),
+        (f"--time={time_limit}", time_limit),
+        (f"--account={account}", account),
+        (f"--gpus-per-node={gpus_per_node}", gpus_per_node),
+    ]
+    args = (*(arg for arg, value in named if value is not None), *srun_args)
+    if nodes is None:
+        if args:
+            raise UsageError(
+                f"{args[0].split('=')[0]} is for the allocation --nodes N makes",
+                hint="add --launcher slurm --nodes N",
+            )
+        return None
+    return SlurmOptions(nodes=nodes, srun_args=args)
 
 
 def _workdir(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
@@ -360,6 +474,8 @@ ROLE_ENV_FLAGS = {
     help="Parameter servers (dmlc: default -n, as launch.py; tf: default 1).",
 )
 @hosts_option
+@launcher_option
+@allocation_options
 @click.option(
     "--framework",
     default="dmlc",
@@ -474,6 +590,13 @@ class LaunchFlags:
     num_workers: int | None
     num_servers: int | None
     hostfile: Path | None
+    launcher: str
+    nodes: int | None
+    partition: str | None
+    time_limit: str | None
+    account: str | None
+    gpus_per_node: str | None
+    srun_args: Sequence[str]
     framework: str
     scheduler_host: str | None
     host_ip: str | None
@@ -509,6 +632,15 @@ class LaunchFlags:
 def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOptions]:
     """The flags as what to run (the request planning reads) and how (the launch options)."""
     shell_env = dict(os.environ)
+    allocation = allocation_from_flags(
+        flags.nodes,
+        flags.partition,
+        flags.time_limit,
+        flags.account,
+        flags.gpus_per_node,
+        flags.srun_args,
+    )
+    where = where_to_run(flags.launcher, flags.hostfile, shell_env, allocation)
     role_env = {
         role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
         for role, items in (
@@ -524,7 +656,7 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         framework=Framework.parse(flags.framework),
         num_workers=flags.num_workers,
         num_servers=flags.num_servers,
-        hosts=read_hosts(flags.hostfile),
+        hosts=where.hosts,
         scheduler_host=flags.scheduler_host,
         host_ip=flags.host_ip,
         interface=flags.interface,
@@ -553,7 +685,12 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
         preflight=not flags.no_preflight,
         kill_command=kill_command_for(flags.hostfile, flags.ssh_config),
+        slurm=where.slurm,
     )
+    if where.slurm is not None and where.hosts:
+        request = with_slurm_hosts(request, where.hosts)
+    if where.note is not None and not flags.dry_run:
+        click.echo(f"dtrain: {where.note}", err=True)
     return request, options
 
 

@@ -24,11 +24,13 @@ from dtrain.agents.session import (
 )
 from dtrain.errors import ConnectError, Problem, RemoteError
 from dtrain.plan.hosts import Host
+from dtrain.transport.link import Link
 from dtrain.transport.local import LocalLink
 from dtrain.transport.machine import raise_open_file_limit
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import SlurmOptions, SshOptions
 
 if TYPE_CHECKING:
+    from dtrain.transport.slurm import SlurmStep
     from dtrain.transport.ssh import SshTransport
 
 logger = logging.getLogger(__name__)
@@ -126,13 +128,25 @@ def request_each(
 
 class AgentGroup:
     """Agent sessions to a set of hosts, by host key: opened in parallel, closed together,
-    whatever happens."""
+    whatever happens.
 
-    def __init__(self, options: SshOptions, remote_python: str = "auto") -> None:
+    The engine that starts one agent per host is chosen here and nowhere else: this machine's
+    agent is a child process, remote hosts' come over ssh, or, given `slurm`, every host's
+    agent comes from one Slurm job step (`dtrain.transport.slurm`).
+    """
+
+    def __init__(
+        self,
+        options: SshOptions,
+        remote_python: str = "auto",
+        slurm: SlurmOptions | None = None,
+    ) -> None:
         raise_open_file_limit()
         self.ssh_options = options
         self._ssh: SshTransport | None = None
         self.remote_python = remote_python
+        self.slurm = slurm
+        self.step: SlurmStep | None = None
         self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
         self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
@@ -179,6 +193,8 @@ class AgentGroup:
 
         For commands that must act on every host they can (`dtrain kill`, `ps`, doctor).
         """
+        if self.slurm is not None:
+            return self._open_through_slurm(hosts)
         remote = [host for host in hosts if not host.is_local]
         local = [host for host in hosts if host.is_local]
         problems: dict[str, Problem] = {}
@@ -203,23 +219,88 @@ class AgentGroup:
     def _start_agent(self, host: Host) -> Problem | None:
         """Start the agent on one (connected) host; its problem if that fails."""
         try:
-            link = (
+            link: Link = (
                 LocalLink()
                 if host.is_local
                 else self.ssh.open_link(host, python=self.remote_python)
             )
-            session = AgentSession(host, link, self.events, self.budget)
         except Exception as exc:  # any failure names its host
             return Problem(
                 f"cannot start dtrain's agent: {exc}", host=host.display, code=AGENT_PROBLEM
             )
+        self._adopt(host, link)
+        return None
+
+    def _adopt(self, host: Host, link: Link) -> None:
+        session = AgentSession(host, link, self.events, self.budget)
         with self._lock:
             self.sessions[host.key] = session
-        return None
+
+    def allocate(self, count: int) -> tuple[Host, ...]:
+        """Make a Slurm allocation of `count` nodes (srun, with the user's srun options) with an
+        agent on each; its nodes, in Slurm's order, become the hosts `open` then takes."""
+        from dtrain.transport import slurm
+
+        assert self.slurm is not None
+        step = self._new_step(None, count)
+        step.start(slurm.controller_route())
+        problems = step.accept(None)  # as long as srun waits in the queue
+        if problems:
+            raise ConnectError(
+                f"Slurm did not start dtrain's agents on {len(problems)} of {count} node(s); "
+                f"{NOTHING_STARTED}",
+                problems=list(problems.values()),
+            )
+        agents = sorted(step.agents.values(), key=lambda agent: agent.order)
+        return tuple(Host(name=agent.node) for agent in agents)
+
+    def _new_step(self, nodes: Sequence[str] | None, count: int) -> SlurmStep:
+        from dtrain.transport.slurm import SlurmStep
+
+        assert self.slurm is not None
+        python = self.slurm.python if self.remote_python == "auto" else self.remote_python
+        self.step = SlurmStep(
+            nodes,
+            count,
+            python=python,
+            job_name=self.slurm.job_name,
+            srun_args=self.slurm.srun_args,
+        )
+        return self.step
+
+    def _open_through_slurm(
+        self, hosts: Sequence[Host]
+    ) -> tuple[dict[str, AgentSession], dict[str, Problem]]:
+        """Every host's agent from one job step (this one's, or the one `allocate` made)."""
+        from dtrain.transport import slurm
+
+        step = self.step
+        if step is None:
+            step = self._new_step([h.name for h in hosts], len(hosts))
+            step.start(slurm.listen_address([h.name for h in hosts]))
+            found = step.accept(slurm.STARTUP_TIMEOUT_S)
+            problems = {h.key: found[h.name] for h in hosts if h.name in found}
+        else:
+            problems = {
+                h.key: Problem("not in the allocation", host=h.display)
+                for h in hosts
+                if h.name not in step.agents
+            }
+        wanted = {h.name for h in hosts}
+        for name, agent in step.agents.items():
+            if name not in wanted:
+                agent.link.close_input()  # a node the job does not use: its agent just exits
+        for host in hosts:
+            if host.name in step.agents:
+                self._adopt(host, step.agents[host.name].link)
+        sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
+        return sessions, problems
 
     def close(self) -> None:
         """Close every session in parallel; an unresponsive host cannot hold dtrain up."""
         in_parallel(self.sessions.values(), AgentSession.close, CLOSE_TIMEOUT_S)
         if self._ssh is not None:
             self._ssh.close()
+        if self.step is not None:
+            self.step.stop()
         self.sessions.clear()

@@ -212,12 +212,17 @@ class JobFile:
         if final:
             self.release()
 
-    def start(self, plan: JobPlan, launcher: Launcher) -> None:
-        """The running job's document, and a reserve big enough for its final one."""
+    def start(
+        self, plan: JobPlan, launcher: Launcher, engine: Mapping[str, Any] | None = None
+    ) -> None:
+        """The running job's document, and a reserve big enough for its final one.
+
+        `engine` says what started the agents when it was not ssh (Slurm's job and step ids)."""
         document = {
             "dtrain_job": 1,
             "state": RUNNING,
             "launcher": launcher.to_dict(),
+            "engine": dict(engine) if engine is not None else {"name": "ssh"},
             "started_at": time.time(),
             "plan": plan.to_dict(),
             "result": None,

@@ -14,8 +14,9 @@ import queue
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from dtrain.agents import ops
 from dtrain.agents.group import AgentGroup
@@ -27,7 +28,7 @@ from dtrain.launch.results import JobResult
 from dtrain.launch.supervise import Console, Supervisor, SupervisorOptions
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
-from dtrain.plan.spec import JobPlan, PlacedTask
+from dtrain.plan.spec import Framework, JobPlan, PlacedTask
 from dtrain.transport.machine import (
     local_address,
     local_free_ports,
@@ -35,7 +36,7 @@ from dtrain.transport.machine import (
     local_interfaces,
     resolve_address,
 )
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import SlurmOptions, SshOptions
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class LaunchOptions:
     sync_excludes: tuple[str, ...] = sync.DEFAULT_EXCLUDES
     preflight: bool = True
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
+    slurm: SlurmOptions | None = None  # start the agents through Slurm (see AgentGroup)
 
 
 def gather_facts(
@@ -167,14 +169,20 @@ class Launch:
     on_planned: Callable[[JobPlan, Path], None] | None = None
 
     def run(self) -> JobResult:
-        placed = planner.place(self.request)  # bad requests fail before any connection
+        slurm = self.options.slurm
+        allocating = slurm is not None and slurm.nodes is not None
+        planner.validate(self.request)  # bad requests fail before any connection
+        placed = () if allocating else planner.place(self.request)
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
-        hosts = AgentGroup(self.options.ssh, self.options.remote_python)
-        if self.request.hosts:  # every line, used or not: a host listed twice is a mistake
+        hosts = AgentGroup(self.options.ssh, self.options.remote_python, slurm)
+        if self.request.hosts and slurm is None:  # a host listed twice is a mistake
             hosts.ssh.distinct_targets(self.request.hosts)
         phase = _PhaseClock()
         started = False
         try:
+            if allocating:
+                placed = self._allocate(hosts)
+                phase("Slurm allocation made, agents started")
             planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
@@ -190,7 +198,7 @@ class Launch:
                     phase("sync")
                 self._hand_out_tasks(sessions)
                 phase("tasks checked on every host")
-                job_file = self._prepare_log_dir(paths)
+                job_file = self._prepare_log_dir(paths, _engine_record(hosts))
                 phase("log dir and job.json")
                 self.log_dir = paths.dir
                 if self.on_planned is not None:
@@ -222,7 +230,21 @@ class Launch:
             if not started:
                 joblog.remove(paths)
 
-    def _prepare_log_dir(self, paths: joblog.JobPaths) -> joblog.JobFile:
+    def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
+        """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""
+        assert self.options.slurm is not None and self.options.slurm.nodes is not None
+        nodes = hosts.allocate(self.options.slurm.nodes)
+        self.request = with_slurm_hosts(self.request, nodes)
+        assert hosts.step is not None
+        self.console.note(
+            f"Slurm job {hosts.step.job_id}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
+            f"{', '.join(h.name for h in nodes)}"
+        )
+        return planner.place(self.request)
+
+    def _prepare_log_dir(
+        self, paths: joblog.JobPaths, engine: dict[str, Any] | None = None
+    ) -> joblog.JobFile:
         """Log aliases, `latest`, and job.json saying running (with who runs it)."""
         assert self.plan is not None
         host = local_hostname()
@@ -234,7 +256,7 @@ class Launch:
             )
         job_file = joblog.JobFile(paths)
         try:
-            job_file.start(self.plan, joblog.this_launcher(host))
+            job_file.start(self.plan, joblog.this_launcher(host), engine)
         except OSError as exc:
             raise joblog.log_dir_error(paths.dir, exc, "write") from None
         return job_file
@@ -324,6 +346,22 @@ class _PhaseClock:
         took = now - self.last
         logger.debug("%s in %.3fs", what, took, extra={PHASE_RECORD: (what, wall - took, wall)})
         self.last = now
+
+
+def with_slurm_hosts(request: planner.JobRequest, nodes: Sequence[Host]) -> planner.JobRequest:
+    """The request run on an allocation's nodes: every task, the scheduler too, on a node
+    (the launcher may sit on a login node), the scheduler on the first unless told."""
+    scheduler = request.scheduler_host
+    if scheduler is None and request.framework is Framework.DMLC and nodes:
+        scheduler = nodes[0].name
+    return replace(request, hosts=tuple(nodes), scheduler_host=scheduler)
+
+
+def _engine_record(hosts: AgentGroup) -> dict[str, Any] | None:
+    """job.json's note of what started the agents: Slurm's job and step ids, or None (ssh)."""
+    if hosts.step is None:
+        return None
+    return {"name": "slurm", "job_id": hosts.step.job_id, "step_id": hosts.step.step_id}
 
 
 def _hosts_of(placed: Sequence[PlacedTask]) -> list[Host]:

@@ -20,6 +20,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -713,8 +714,28 @@ def interfaces():
     return result
 
 
+def _reached_at():
+    """SSH_CONNECTION's four fields for the stream the launcher reached us by: a socket on
+    stdin when Slurm started us (the agent connected back), else what sshd recorded."""
+    try:
+        is_socket = stat.S_ISSOCK(os.fstat(0).st_mode)
+    except OSError:
+        is_socket = False
+    if is_socket and sys.version_info >= (3, 7):  # socket(fileno=) learns the family from 3.7
+        fd = os.dup(0)
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+        else:
+            with sock:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    return [sock.getpeername()[0], "-", sock.getsockname()[0], "-"]
+    return os.environ.get("SSH_CONNECTION", "").split()
+
+
 def host_facts(ports):
-    connection = os.environ.get("SSH_CONNECTION", "").split()
+    connection = _reached_at()
     return {
         "hostname": socket.gethostname(),
         "pid": os.getpid(),

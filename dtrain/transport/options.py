@@ -16,3 +16,14 @@ class SshOptions:
     accept_new_host_keys: bool = False
     connect_timeout_s: float | None = None
     user_config_dir: str = field(default_factory=lambda: os.path.expanduser("~/.ssh"))
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How to start the agents through Slurm: in this shell's allocation (`nodes` None), or
+    in one srun makes for `nodes` nodes with the user's own srun options."""
+
+    nodes: int | None = None
+    srun_args: tuple[str, ...] = ()
+    python: str = "python3"
+    job_name: str = "dtrain"

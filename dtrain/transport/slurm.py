@@ -1,0 +1,450 @@
+"""The Slurm engine: one job step starts an agent on every node, and each agent connects back.
+
+srun gives a step's tasks no stream of their own (its stdin goes to task 0 only), so the
+agents talk to the launcher over TCP instead:
+
+1. The launcher listens on the address its nodes route to it by, draws a fresh 256-bit key,
+   and runs one `srun` (one task per node) whose environment carries the key and the address;
+   no argv holds the key, and only the job's owner (and root) can read a process's environment.
+2. Each agent connects and names its node; launcher and agent each prove they hold the key
+   (HMAC-SHA256 over the other side's fresh nonce and the node's name), so a stranger can
+   neither pose as an agent nor as the launcher. The launcher takes one connection per
+   expected node and stops listening once every node is in.
+3. The connection becomes the agent's stdin and stdout, the launcher sends the agent's code
+   over it, and from there on it is the same agent and protocol as over ssh. The launcher's
+   death closes the connection, and the agent stops every task as it does over ssh.
+
+The stream is authenticated, not encrypted: like the rest of a Slurm job's traffic it crosses
+the cluster's own network in the clear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dtrain.errors import ConnectError, Problem, UsageError
+from dtrain.plan import slurm
+from dtrain.transport.bootstrap import agent_payload, boot_code
+from dtrain.transport.machine import route_address
+
+logger = logging.getLogger(__name__)
+
+KEY_VAR = "DTRAIN_AGENT_KEY"
+CONNECT_VAR = "DTRAIN_AGENT_CONNECT"
+HELLO = b"dtrain-agent"
+HANDSHAKE_TIMEOUT_S = 10.0
+STARTUP_TIMEOUT_S = 120.0  # srun's own retries for a busy node take up to a minute
+STOP_TIMEOUT_S = 15.0
+STDERR_TAIL = 60
+# The launcher's ssh session is not the agents': they would report its address as their own.
+_NOT_EXPORTED = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", KEY_VAR, CONNECT_VAR)
+
+# Runs first in each agent (Python >= 3.6, stdlib): the handshake, then the usual boot code
+# with the connection as its stdin and stdout.
+_CONNECT_BACK = """import os,sys,socket,hmac,hashlib,binascii
+k=binascii.unhexlify(os.environ.pop("{key}"))
+a,p=os.environ.pop("{connect}").rsplit(":",1)
+me=(os.environ.get("SLURMD_NODENAME") or socket.gethostname()).encode()
+s=socket.create_connection((a,int(p)),60)
+s.settimeout({timeout})
+f=s.makefile("rwb",0)
+n=binascii.hexlify(os.urandom(16))
+e=lambda x:os.environ.get(x,"-").encode() or b"-"
+f.write(b" ".join([{hello!r},me,n,e("SLURM_NODEID"),e("SLURM_JOB_ID"),e("SLURM_STEP_ID")])+b"\\n")
+l=f.readline().split()
+m=lambda w,x:hmac.new(k,w+b" "+x+b" "+me,hashlib.sha256).hexdigest().encode()
+if len(l)!=2 or not hmac.compare_digest(l[1],m(b"launcher",n)):
+ sys.exit("dtrain: "+a+":"+p+" did not prove it is this job's launcher")
+f.write(m(b"agent",l[0])+b"\\n")
+s.settimeout(None)
+os.dup2(s.fileno(),0);os.dup2(s.fileno(),1);f.close();s.close()
+exec({boot!r})
+"""
+
+
+def _mac(key: bytes, who: bytes, nonce: bytes, node: bytes) -> bytes:
+    return hmac.new(key, who + b" " + nonce + b" " + node, hashlib.sha256).hexdigest().encode()
+
+
+def agent_boot() -> str:
+    return _CONNECT_BACK.format(
+        key=KEY_VAR,
+        connect=CONNECT_VAR,
+        timeout=HANDSHAKE_TIMEOUT_S,
+        hello=HELLO,
+        boot=boot_code(),
+    )
+
+
+# ---- the allocation ---------------------------------------------------------------------------
+
+
+def _slurm_command(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise UsageError(
+            f"{name} is not on PATH: dtrain starts Slurm jobs with Slurm's own commands",
+            hint="run dtrain where the Slurm client commands work (srun, scontrol), "
+            "or pass --launcher ssh -H hosts",
+        )
+    return path
+
+
+def expand_nodelist(expression: str) -> tuple[str, ...]:
+    """Slurm's own expansion (`scontrol show hostnames`); without scontrol, the same grammar
+    here. A list neither can read is an error: never a silent fall back to this machine."""
+    if shutil.which("scontrol") is None:
+        return slurm.expand_hostlist(expression)
+    done = subprocess.run(
+        ["scontrol", "show", "hostnames", expression],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    names = tuple(done.stdout.split())
+    if done.returncode != 0 or not names:
+        raise UsageError(
+            f'cannot expand the Slurm node list "{expression}": '
+            f"{done.stderr.strip() or 'scontrol printed no host'}",
+            hint="check that this shell is inside the allocation (salloc, sbatch) "
+            "and that scontrol reaches the controller",
+        )
+    return names
+
+
+def current_allocation(env: Mapping[str, str]) -> slurm.Allocation:
+    """The allocation this shell runs in (salloc, sbatch, srun --pty)."""
+    nodes = expand_nodelist(env.get(slurm.NODELIST_VAR, ""))
+    return slurm.allocation_from(env, nodes)
+
+
+def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
+    """Each node's NodeAddr as the controller knows it (names may not resolve here)."""
+    done = subprocess.run(
+        ["scontrol", "show", "node", "-o", ",".join(nodes)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    found = {}
+    for line in done.stdout.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "NodeName" in fields and "NodeAddr" in fields:
+            found[fields["NodeName"]] = fields["NodeAddr"]
+    return found
+
+
+def listen_address(nodes: Sequence[str]) -> str:
+    """This machine's address on the route to the nodes (the first that has one)."""
+    addresses = node_addresses(nodes[:8]) if shutil.which("scontrol") else {}
+    for node in nodes[:8]:
+        target = addresses.get(node, node)
+        with contextlib.suppress(OSError):
+            target = str(socket.getaddrinfo(target, None, socket.AF_INET)[0][4][0])
+        address = route_address(target)
+        if address is not None:
+            return address
+    raise ConnectError(
+        f"no route from this machine to the Slurm nodes ({', '.join(nodes[:3])}...)",
+        hint="run dtrain on a node of the allocation, or on a login node that reaches them",
+    )
+
+
+# ---- the link ------------------------------------------------------------------------------------
+
+
+class SocketLink:
+    """The byte stream to one agent that connected back."""
+
+    def __init__(self, sock: socket.socket, step: SlurmStep) -> None:
+        self.sock = sock
+        self.step = step
+        self._eof = threading.Event()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        try:
+            data = self.sock.recv(size)
+        except OSError:
+            data = b""
+        if not data:
+            self._eof.set()
+        return data
+
+    def stderr_text(self) -> str:
+        """srun's messages, and last (the line the launcher quotes) why Slurm ended the job,
+        when it did: the connection closing is then Slurm's doing, not a crash."""
+        why = self.step.ended_why()
+        text = self.step.stderr_text()
+        return f"{text}\n{why}" if why else text
+
+    def close_input(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        """Give the agent time to stop its tasks (it closes when done), then drop the socket."""
+        self._eof.wait(10.0)
+        self.sock.close()
+
+
+# ---- the step -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent that proved it belongs to this step: its node, and Slurm's ids for it."""
+
+    node: str
+    link: SocketLink
+    job_id: str
+    step_id: str
+    order: int  # SLURM_NODEID: the node's place in the allocation
+
+
+class SlurmStep:
+    """One srun step with an agent on each node, and the connections they made back."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str] | None,
+        count: int,
+        *,
+        python: str = "python3",
+        job_name: str = "dtrain",
+        srun_args: Sequence[str] = (),
+        on_note: Callable[[str], None] | None = None,
+    ) -> None:
+        self.nodes = tuple(nodes) if nodes is not None else None
+        self.count = count
+        self.python = python
+        self.job_name = job_name
+        self.srun_args = tuple(srun_args)
+        self.on_note = on_note
+        self.agents: dict[str, Agent] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._key = secrets.token_bytes(32)
+        self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._listener: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._why: str | None = None
+        self._why_lock = threading.Lock()
+
+    @property
+    def job_id(self) -> str:
+        return next((a.job_id for a in self.agents.values()), "")
+
+    @property
+    def step_id(self) -> str:
+        return next((a.step_id for a in self.agents.values()), "")
+
+    def stderr_text(self) -> str:
+        return "\n".join(self._stderr)
+
+    def ended_why(self) -> str | None:
+        """Why Slurm ended this job, if it did (scancel, its time limit, a node, preemption);
+        asked once, when a connection closes."""
+        with self._why_lock:
+            if self._why is None:
+                self._why = _ended_why(self.job_id) if self.job_id.isdigit() else ""
+            return self._why or None
+
+    def start(self, address: str) -> None:
+        """Listen, then run srun; the agents are accepted by `accept`."""
+        srun = _slurm_command("srun")
+        listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+        listener.bind((address, 0))
+        listener.listen(min(self.count, 4096))
+        self._listener = listener
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_EXPORTED}
+        env[KEY_VAR] = self._key.hex()
+        port = listener.getsockname()[1]
+        env[CONNECT_VAR] = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        argv = slurm.agent_step_argv(
+            self.nodes, self.count, self.python, agent_boot(), self.job_name, self.srun_args
+        )
+        argv[0] = srun
+        logger.debug("agent step: %s", " ".join(argv[:-2]))
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # the terminal's Ctrl-C is dtrain's to handle
+        )
+        threading.Thread(target=self._read_stderr, name="dtrain-srun", daemon=True).start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self._stderr.append(line)
+            logger.debug("srun: %s", line)
+            if self.on_note is not None and ("queued" in line or "has been allocated" in line):
+                self.on_note(line.removeprefix("srun: "))
+
+    def accept(self, timeout_s: float | None) -> dict[str, Problem]:
+        """Take the agents' connections until every node is in, srun ends, or time is up.
+
+        `timeout_s` None waits as long as srun does (it may sit in the queue). Returns the
+        problem of each node that did not join, keyed by node name.
+        """
+        assert self._listener is not None and self.proc is not None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pending: list[threading.Thread] = []
+        while len(self.agents) < self.count:
+            if self.proc.poll() is not None and not any(t.is_alive() for t in pending):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            ready, _, _ = select.select([self._listener], [], [], 0.2)
+            if ready:
+                sock, peer = self._listener.accept()
+                thread = threading.Thread(target=self._handshake, args=(sock, peer), daemon=True)
+                thread.start()
+                pending.append(thread)
+        for thread in pending:
+            thread.join(HANDSHAKE_TIMEOUT_S)
+        self._listener.close()  # nobody joins this job after this
+        return self._missing(timeout_s)
+
+    def _missing(self, timeout_s: float | None) -> dict[str, Problem]:
+        if self.nodes is not None:
+            missing = [node for node in self.nodes if node not in self.agents]
+        else:
+            missing = [f"node {i + 1}" for i in range(len(self.agents), self.count)]
+        if not missing:
+            return {}
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            why = f"srun exited with {self.proc.returncode}"
+        else:
+            why = f"its agent did not connect back within {timeout_s:.0f}s"
+        tail = [line for line in self._stderr if line.strip()][-3:]
+        hint = "srun said: " + " | ".join(tail) if tail else None
+        return {node: Problem(f"{why}", host=node, hint=hint) for node in missing}
+
+    def _handshake(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+        """Admit one connection if it proves it holds the key and names a node still missing."""
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            reader = sock.makefile("rb", 0)
+            words = reader.readline(512).split()
+            if len(words) != 6 or words[0] != HELLO:
+                raise ValueError("not a dtrain agent")
+            node, agent_nonce, node_id, job_id, step_id = words[1:]
+            name = node.decode("utf-8", "replace")
+            nonce = secrets.token_hex(16).encode()
+            sock.sendall(nonce + b" " + _mac(self._key, b"launcher", agent_nonce, node) + b"\n")
+            answer = reader.readline(512).strip()
+            if not hmac.compare_digest(answer, _mac(self._key, b"agent", nonce, node)):
+                raise ValueError(f"{name} did not prove it holds this job's key")
+            sock.settimeout(None)
+            link = SocketLink(sock, self)
+            with self._lock:
+                wanted = self.nodes is None or name in self.nodes
+                if not wanted or name in self.agents or len(self.agents) >= self.count:
+                    raise ValueError(f"{name} is not a node this step is waiting for")
+                order = int(node_id) if node_id.isdigit() else len(self.agents)
+                self.agents[name] = Agent(name, link, job_id.decode(), step_id.decode(), order)
+            link.send(agent_payload())
+        except (OSError, ValueError) as exc:
+            logger.warning("refused a connection from %s: %s", peer[0], exc)
+            sock.close()
+
+    def stop(self) -> None:
+        """srun ends once its agents have: wait for that, then make sure (SIGTERM, SIGKILL)."""
+        if self._listener is not None:
+            self._listener.close()
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(STOP_TIMEOUT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+
+
+# Job states that mean Slurm itself ended the job, as `scontrol show job` spells them.
+_ENDED_BY_SLURM = {
+    "CANCELLED": "Slurm cancelled job {job} (scancel, or an administrator)",
+    "TIMEOUT": "Slurm job {job} reached its time limit",
+    "NODE_FAIL": "Slurm job {job} lost a node (NODE_FAIL)",
+    "PREEMPTED": "Slurm job {job} was preempted",
+    "DEADLINE": "Slurm job {job} reached its deadline",
+    "OUT_OF_MEMORY": "Slurm job {job} ran out of memory",
+}
+_STATE_WAIT_S = 3.0  # a job being torn down shows COMPLETING for a moment before its state
+
+
+def _ended_why(job_id: str) -> str:
+    """The sentence for a job Slurm ended, or "" (still running, or scontrol cannot say)."""
+    deadline = time.monotonic() + _STATE_WAIT_S
+    while True:
+        try:
+            done = subprocess.run(
+                ["scontrol", "-o", "show", "job", job_id],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        fields = dict(f.split("=", 1) for f in done.stdout.split() if "=" in f)
+        state = fields.get("JobState", "")
+        if state != "COMPLETING" or time.monotonic() > deadline:
+            return _ENDED_BY_SLURM.get(state, "").format(job=job_id)
+        time.sleep(0.2)
+
+
+def controller_route() -> str:
+    """This machine's address towards the Slurm controller: where the nodes of an allocation
+    not made yet can reach the launcher (they all talk to the controller)."""
+    done = subprocess.run(
+        [_slurm_command("scontrol"), "show", "config"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().startswith("SlurmctldHost"):
+            name, _, address = value.strip().partition("(")
+            target = address.rstrip(")") or name
+            with contextlib.suppress(OSError):
+                target = str(socket.getaddrinfo(target, None, socket.AF_INET)[0][4][0])
+            if (found := route_address(target)) is not None:
+                return found
+    raise ConnectError(
+        "cannot tell which address Slurm's nodes reach this machine at: "
+        f"`scontrol show config` {'failed' if done.returncode else 'names no SlurmctldHost'}",
+        hint=done.stderr.strip() or "run dtrain where scontrol reaches the controller",
+    )

@@ -1,0 +1,217 @@
+"""`dtrain launch` through Slurm on the suite's real Slurm cluster, with ssh blocked on every node.
+
+The launcher runs where a user's shell would: inside `salloc` on this machine (a login node),
+inside `sbatch` on a node, or making its own allocation with `--launcher slurm --nodes N`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, dtrain_argv, program, wait_for_line, wait_gone
+
+from .slurmcluster import SlurmCluster
+from .test_slurmcluster import pids_marked, wait_for
+
+BY_TASK = program("by_task.py")
+PRINT_ENV = program("print_env.py")
+SLEEP_FOREVER = program("sleep_forever.py")
+WHERE = 'echo "$DMLC_ROLE $(hostname) $DMLC_NODE_HOST $DMLC_PS_ROOT_URI"'
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The 3-node Slurm cluster with ssh refused on every node: nothing may use it."""
+    slurm_cluster.block_ssh_all()
+    yield slurm_cluster
+
+
+def dtrain_in_salloc(
+    slurm: SlurmCluster, nodes: int, args: list[str], cwd: Path, timeout_s: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """`salloc -N nodes dtrain ARGS` from this machine, as a user on a login node types it."""
+    return slurm.run(["salloc", f"-N{nodes}", *dtrain_argv(*args)], timeout=timeout_s, cwd=cwd)
+
+
+def spawn_in_salloc(
+    slurm: SlurmCluster, nodes: int, args: list[str], cwd: Path
+) -> subprocess.Popen[str]:
+    popen = subprocess.Popen(
+        ["salloc", f"-N{nodes}", *dtrain_argv(*args)],
+        cwd=cwd,
+        env=slurm.client_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return popen
+
+
+def job_of(cwd: Path) -> dict[str, object]:
+    document: dict[str, object] = json.loads(
+        (cwd / "dtrain-logs" / "latest" / "job.json").read_text()
+    )
+    return document
+
+
+def test_roles_and_each_nodes_own_address_through_slurm_without_ssh(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    done = dtrain_in_salloc(
+        slurm,
+        3,
+        ["launch", "-n", "3", "-s", "2", "--", "sh", "-c", WHERE],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"dtrain: inside Slurm job \d+: 3 nodes h\[1-3\]", done.stderr), done.stderr
+    rows = [line.split("] ", 1)[1].split() for line in done.stdout.splitlines() if "] " in line]
+    roles = sorted(row[0] for row in rows)
+    assert roles == ["scheduler", "server", "server", "worker", "worker", "worker"]
+    addresses = {host.name: host.address for host in slurm.cluster.hosts}
+    for role, hostname, node_host, root_uri in rows:
+        assert root_uri == addresses["h1"]  # the scheduler runs on the first node
+        if role != "scheduler":
+            assert node_host == addresses[hostname]  # each task's own node's address
+    assert {row[1] for row in rows} == {"h1", "h2", "h3"}
+    engine = job_of(tmp_path)["engine"]
+    assert isinstance(engine, dict) and engine["name"] == "slurm"
+    assert str(engine["job_id"]).isdigit() and str(engine["step_id"]).isdigit()
+
+
+def test_argv_and_env_reach_every_node_byte_exact(slurm: SlurmCluster, tmp_path: Path) -> None:
+    awkward = ["a b", "'quoted'", '"dq"', "$HOME", "ü€", "", "--x=1;rm -rf /"]
+    done = dtrain_in_salloc(
+        slurm,
+        3,
+        [
+            "launch",
+            "--framework",
+            "torch",
+            "-n",
+            "3",
+            "--nproc-per-host",
+            "1",
+            "--env",
+            "ODD=x y 'z' $HOME",
+            "--",
+            PYTHON,
+            PRINT_ENV,
+            "ODD,RANK,MASTER_ADDR",
+            *awkward,
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    reports = [json.loads(line.split("] ", 1)[1]) for line in done.stdout.splitlines()]
+    assert len(reports) == 3
+    first = slurm.cluster.hosts[0].address
+    for report in reports:
+        assert report["argv"] == ["ODD,RANK,MASTER_ADDR", *awkward]
+        assert report["env"]["ODD"] == "x y 'z' $HOME"
+        assert report["env"]["MASTER_ADDR"] == first
+    assert sorted(r["env"]["RANK"] for r in reports) == ["0", "1", "2"]
+
+
+def test_the_first_failure_ends_the_job_with_its_own_exit_code(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    done = dtrain_in_salloc(
+        slurm,
+        3,
+        ["launch", "-n", "3", "-s", "1", "--", PYTHON, BY_TASK, "worker.2=exit:7:0.5", "*=sleep"],
+        tmp_path,
+    )
+    assert done.returncode == 7, done.stderr
+    assert "worker.2@h3 exited with code 7" in done.stderr
+    assert job_of(tmp_path)["state"] == "failed"
+
+
+def start_allocating(slurm: SlurmCluster, args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """`dtrain launch --launcher slurm --nodes 2 ARGS` from this machine: no allocation yet."""
+    return subprocess.Popen(
+        dtrain_argv("launch", "--launcher", "slurm", "--nodes", "2", *args),
+        cwd=cwd,
+        env=slurm.client_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def slurm_jobs(slurm: SlurmCluster) -> str:
+    return slurm.squeue("-h", "-o", "%i %T", check=True).stdout.strip()
+
+
+def test_an_allocation_made_by_dtrain_runs_the_job_and_is_released(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    popen = start_allocating(slurm, ["-n", "2", "-s", "1", "--", "sh", "-c", WHERE], tmp_path)
+    out, err = popen.communicate(timeout=90)
+    assert popen.returncode == 0, err
+    assert re.search(r"dtrain: Slurm job \d+: 2 nodes h1, h2", err), err
+    hosts = sorted(line.split("] ", 1)[1].split()[1] for line in out.splitlines())
+    assert len(hosts) == 4 and set(hosts) == {"h1", "h2"}  # scheduler, server, 2 workers
+    wait_for(lambda: slurm_jobs(slurm) == "", 15, "the allocation's release")
+
+
+def running_tasks(cwd: Path, count: int) -> list[int]:
+    """Wait until `count` tasks printed `ready TASK PID`; their pids (as the root namespace
+    sees them: found by the job's tag)."""
+    logs = cwd / "dtrain-logs"
+    wait_for(lambda: (logs / "latest").exists(), 60, "the job's log directory")
+    job_id = (logs / "latest").resolve().name
+    for log in sorted((logs / "latest").glob("*.log"))[:count]:
+        wait_for_line(log, "ready", 60)
+    pids = pids_marked(f"DTRAIN_JOB_ID={job_id}")
+    assert pids, "no process carries the job's tag"
+    return pids
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigint"])
+def test_dtrain_killed_or_interrupted_leaves_nothing_on_any_node(
+    slurm: SlurmCluster, tmp_path: Path, how: str
+) -> None:
+    popen = start_allocating(
+        slurm, ["-n", "2", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    )
+    try:
+        pids = running_tasks(tmp_path, 4)
+        popen.send_signal(signal.SIGKILL if how == "sigkill" else signal.SIGINT)
+        popen.communicate(timeout=30)
+        left = wait_gone(pids, 10)
+        assert left == [], f"{how}: still running {left}"
+        assert popen.returncode == (-9 if how == "sigkill" else 130)
+        wait_for(lambda: slurm_jobs(slurm) == "", 20, "the allocation's release")
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
+
+
+def test_scancel_of_the_job_ends_dtrain_saying_so(slurm: SlurmCluster, tmp_path: Path) -> None:
+    popen = spawn_in_salloc(
+        slurm, 3, ["launch", "-n", "3", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    )
+    try:
+        pids = running_tasks(tmp_path, 5)
+        engine = job_of(tmp_path)["engine"]
+        assert isinstance(engine, dict)
+        slurm.scancel(str(engine["job_id"]), check=True)
+        _, err = popen.communicate(timeout=60)
+        assert wait_gone(pids, 10) == []
+        assert f"Slurm cancelled job {engine['job_id']}" in err, err
+        assert popen.returncode != 0
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
