@@ -137,6 +137,7 @@ def expand_counts(text: str, expected: int) -> tuple[int, ...]:
             )
         repeat = int(match.group(2) or 1)
         if len(counts) + repeat > expected:
+            counts += [0] * (expected + 1 - len(counts))  # more than the nodes: say so below
             break
         counts += [int(match.group(1))] * repeat
     if len(counts) != expected:

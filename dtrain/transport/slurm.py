@@ -36,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from dtrain.errors import ConnectError, Problem, UsageError
 from dtrain.plan import slurm
@@ -60,14 +61,17 @@ _CONNECT_BACK = """import os,sys,socket,hmac,hashlib,binascii
 k=binascii.unhexlify(os.environ.pop("{key}"))
 a,p=os.environ.pop("{connect}").rsplit(":",1)
 me=(os.environ.get("SLURMD_NODENAME") or socket.gethostname()).encode()
-s=socket.create_connection((a,int(p)),60)
-s.settimeout({timeout})
-f=s.makefile("rwb",0)
-n=binascii.hexlify(os.urandom(16))
 e=lambda x:os.environ.get(x,"-").encode() or b"-"
-f.write(b" ".join([{hello!r},me,n,e("SLURM_NODEID"),e("SLURM_JOB_ID"),e("SLURM_STEP_ID")])+b"\\n")
-l=f.readline().split()
 m=lambda w,x:hmac.new(k,w+b" "+x+b" "+me,hashlib.sha256).hexdigest().encode()
+try:
+ s=socket.create_connection((a.strip("[]"),int(p)),60)
+ s.settimeout({timeout})
+ f=s.makefile("rwb",0)
+ n=binascii.hexlify(os.urandom(16))
+ f.write(b" ".join([{hello!r},me,n,e("SLURM_NODEID"),e("SLURM_JOB_ID"),e("SLURM_STEP_ID")])+b"\\n")
+ l=f.readline().split()
+except OSError as x:
+ sys.exit("dtrain: cannot reach the launcher at "+a+":"+p+": "+str(x))
 if len(l)!=2 or not hmac.compare_digest(l[1],m(b"launcher",n)):
  sys.exit("dtrain: "+a+":"+p+" did not prove it is this job's launcher")
 f.write(m(b"agent",l[0])+b"\\n")
@@ -271,14 +275,7 @@ class SlurmStep:
     def start(self, address: str) -> None:
         """Listen, then run srun; the agents are accepted by `accept`."""
         srun = _slurm_command("srun")
-        listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
-        listener.bind((address, 0))
-        listener.listen(min(self.count, 4096))
-        self._listener = listener
-        env = {k: v for k, v in os.environ.items() if k not in _NOT_EXPORTED}
-        env[KEY_VAR] = self._key.hex()
-        port = listener.getsockname()[1]
-        env[CONNECT_VAR] = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        env = self.listen(address)
         argv = slurm.agent_step_argv(
             self.nodes, self.count, self.python, agent_boot(), self.job_name, self.srun_args
         )
@@ -293,6 +290,18 @@ class SlurmStep:
             start_new_session=True,  # the terminal's Ctrl-C is dtrain's to handle
         )
         threading.Thread(target=self._read_stderr, name="dtrain-srun", daemon=True).start()
+
+    def listen(self, address: str) -> dict[str, str]:
+        """Open the socket the agents connect to; the environment that tells them where."""
+        listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+        listener.bind((address, 0))
+        listener.listen(min(self.count, 4096))
+        self._listener = listener
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_EXPORTED}
+        env[KEY_VAR] = self._key.hex()
+        port = listener.getsockname()[1]
+        env[CONNECT_VAR] = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        return env
 
     def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -309,22 +318,27 @@ class SlurmStep:
         `timeout_s` None waits as long as srun does (it may sit in the queue). Returns the
         problem of each node that did not join, keyed by node name.
         """
-        assert self._listener is not None and self.proc is not None
+        assert self._listener is not None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending: list[threading.Thread] = []
         while len(self.agents) < self.count:
-            if self.proc.poll() is not None and not any(t.is_alive() for t in pending):
+            srun_ended = self.proc is not None and self.proc.poll() is not None
+            if srun_ended and not any(t.is_alive() for t in pending):
                 break
             if deadline is not None and time.monotonic() > deadline:
                 break
             ready, _, _ = select.select([self._listener], [], [], 0.2)
             if ready:
-                sock, peer = self._listener.accept()
+                try:
+                    sock, peer = self._listener.accept()
+                except OSError:  # closed under us (stop), or out of files: no more agents
+                    break
                 thread = threading.Thread(target=self._handshake, args=(sock, peer), daemon=True)
                 thread.start()
                 pending.append(thread)
-        for thread in pending:
-            thread.join(HANDSHAKE_TIMEOUT_S)
+        for thread in pending:  # once every node is in, a silent stranger holds nothing up
+            if len(self.agents) < self.count:
+                thread.join(HANDSHAKE_TIMEOUT_S)
         self._listener.close()  # nobody joins this job after this
         return self._missing(timeout_s)
 
@@ -335,8 +349,7 @@ class SlurmStep:
             missing = [f"node {i + 1}" for i in range(len(self.agents), self.count)]
         if not missing:
             return {}
-        assert self.proc is not None
-        if self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() is not None:
             why = f"srun exited with {self.proc.returncode}"
         else:
             why = f"its agent did not connect back within {timeout_s:.0f}s"
@@ -348,40 +361,46 @@ class SlurmStep:
         """Admit one connection if it proves it holds the key and names a node still missing."""
         try:
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            reader = sock.makefile("rb", 0)
-            words = reader.readline(512).split()
-            if len(words) != 6 or words[0] != HELLO:
-                raise ValueError("not a dtrain agent")
-            node, agent_nonce, node_id, job_id, step_id = words[1:]
-            name = node.decode("utf-8", "replace")
-            nonce = secrets.token_hex(16).encode()
-            sock.sendall(nonce + b" " + _mac(self._key, b"launcher", agent_nonce, node) + b"\n")
-            answer = reader.readline(512).strip()
-            if not hmac.compare_digest(answer, _mac(self._key, b"agent", nonce, node)):
-                raise ValueError(f"{name} did not prove it holds this job's key")
-            sock.settimeout(None)
-            link = SocketLink(sock, self)
+            with sock.makefile("rb", 0) as reader:  # unbuffered: reads nothing past a line
+                agent = self._verify(sock, reader)
             with self._lock:
-                wanted = self.nodes is None or name in self.nodes
-                if not wanted or name in self.agents or len(self.agents) >= self.count:
-                    raise ValueError(f"{name} is not a node this step is waiting for")
-                order = int(node_id) if node_id.isdigit() else len(self.agents)
-                self.agents[name] = Agent(name, link, job_id.decode(), step_id.decode(), order)
-            link.send(agent_payload())
+                wanted = self.nodes is None or agent.node in self.nodes
+                if not wanted or agent.node in self.agents or len(self.agents) >= self.count:
+                    raise ValueError(f"{agent.node} is not a node this step is waiting for")
+                self.agents[agent.node] = agent
+            sock.settimeout(None)
+            agent.link.send(agent_payload())
         except (OSError, ValueError) as exc:
             logger.warning("refused a connection from %s: %s", peer[0], exc)
             sock.close()
+
+    def _verify(self, sock: socket.socket, reader: BinaryIO) -> Agent:
+        """Both sides prove they hold the key (HMAC of the other's nonce and the node name)."""
+        words = reader.readline(512).split()
+        if len(words) != 6 or words[0] != HELLO:
+            raise ValueError("not a dtrain agent")
+        node, agent_nonce, node_id, job_id, step_id = words[1:]
+        name = node.decode("utf-8", "replace")
+        nonce = secrets.token_hex(16).encode()
+        sock.sendall(nonce + b" " + _mac(self._key, b"launcher", agent_nonce, node) + b"\n")
+        answer = reader.readline(512).strip()
+        if not hmac.compare_digest(answer, _mac(self._key, b"agent", nonce, node)):
+            raise ValueError(f"{name} did not prove it holds this job's key")
+        order = int(node_id) if node_id.isdigit() else len(self.agents)
+        return Agent(name, SocketLink(sock, self), job_id.decode(), step_id.decode(), order)
 
     def stop(self) -> None:
         """srun ends once its agents have: wait for that, then make sure (SIGTERM, SIGKILL)."""
         if self._listener is not None:
             self._listener.close()
+        for agent in self.agents.values():
+            agent.link.sock.close()
         if self.proc is None:
             return
-        try:
-            self.proc.wait(STOP_TIMEOUT_S)
+        try:  # with no agent in yet (queued, or failing), there is nothing to wait for
+            self.proc.wait(STOP_TIMEOUT_S if self.agents else 0.1)
         except subprocess.TimeoutExpired:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
+            for sig in (signal.SIGTERM, signal.SIGKILL):  # srun cancels what it asked for
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.send_signal(sig)
                 try:
