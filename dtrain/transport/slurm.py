@@ -36,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from socket import SocketIO
 
 from dtrain.errors import ConnectError, Problem, UsageError
 from dtrain.plan import slurm
@@ -374,7 +374,7 @@ class SlurmStep:
             logger.warning("refused a connection from %s: %s", peer[0], exc)
             sock.close()
 
-    def _verify(self, sock: socket.socket, reader: BinaryIO) -> Agent:
+    def _verify(self, sock: socket.socket, reader: SocketIO) -> Agent:
         """Both sides prove they hold the key (HMAC of the other's nonce and the node name)."""
         words = reader.readline(512).split()
         if len(words) != 6 or words[0] != HELLO:
