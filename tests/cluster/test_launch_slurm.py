@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, dtrain_argv, program, wait_for_line, wait_gone
+from tests.conftest import PYTHON, ROOT, dtrain_argv, program, wait_for_line, wait_gone
 
 from .slurmcluster import SlurmCluster
 from .test_slurmcluster import pids_marked, wait_for
@@ -215,3 +215,53 @@ def test_scancel_of_the_job_ends_dtrain_saying_so(slurm: SlurmCluster, tmp_path:
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def run_sbatch(slurm: SlurmCluster, script: str, cwd: Path, timeout_s: float = 300) -> str:
+    """Submit one of examples/slurm/ from this machine as a user would; wait for the job to
+    end (bounded); its output, after checking that it succeeded."""
+    env = {
+        "DTRAIN": f"{PYTHON} -m dtrain",
+        "PYTHON": PYTHON,
+        "EXAMPLES": str(EXAMPLES),
+    }
+    submitted = slurm.run(
+        ["sbatch", "--parsable", "--output=slurm-%j.out", str(EXAMPLES / "slurm" / script)],
+        cwd=cwd,
+        env=env,
+        check=True,
+    )
+    job = submitted.stdout.strip().split(";")[0]
+
+    def state() -> str:
+        shown = slurm.scontrol("-o", "show", "job", job, check=True).stdout
+        return dict(f.split("=", 1) for f in shown.split() if "=" in f)["JobState"]
+
+    wait_for(lambda: state() not in ("PENDING", "RUNNING", "COMPLETING"), timeout_s, "the job")
+    output = (cwd / f"slurm-{job}.out").read_text()
+    assert state() == "COMPLETED", output[-3000:]
+    return output
+
+
+def test_mxnet_dist_sync_through_sbatch(slurm: SlurmCluster, tmp_path: Path) -> None:
+    output = run_sbatch(slurm, "mxnet_dist_sync.sbatch", tmp_path)
+    checksums = re.findall(r"worker rank \d+ checksum (\S+)", output)
+    assert len(checksums) == 4 and len(set(checksums)) == 1, output[-3000:]
+    assert "inside Slurm job" in output
+    servers = re.findall(r"\[server\.\d@(h\d)\]", output)
+    assert servers == [] or set(servers) <= {"h1", "h2", "h3"}
+
+
+def test_torch_ddp_through_sbatch(slurm: SlurmCluster, tmp_path: Path) -> None:
+    output = run_sbatch(slurm, "torch_ddp.sbatch", tmp_path)
+    sums = re.findall(r"\[worker\.(\d)@(h\d)\] rank \d checksum (\S+)", output)
+    assert sorted((rank, host) for rank, host, _ in sums) == [
+        ("0", "h1"),
+        ("1", "h1"),
+        ("2", "h2"),
+        ("3", "h2"),
+    ], output[-3000:]
+    assert len({checksum for _, _, checksum in sums}) == 1
