@@ -759,6 +759,7 @@ def finish_sweep(
 
 @cli.command("ps", context_settings=CONTEXT)
 @hosts_option
+@launcher_option
 @job_option
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
@@ -767,6 +768,7 @@ def finish_sweep(
 @reports_errors_as_json("ps")
 def ps_command(
     hostfile: Path | None,
+    launcher: str,
     job: str | None,
     log_dir: str,
     remote_python: str,
@@ -796,7 +798,10 @@ def ps_command(
     )
 
     root = joblog.check_root(log_dir)
-    scans = list(sweep.scan(read_hosts(hostfile), ssh, job, remote_python=remote_python).values())
+    where = where_to_run(launcher, hostfile, os.environ)
+    scans = list(
+        sweep.scan(where.hosts, ssh, job, remote_python=remote_python, slurm=where.slurm).values()
+    )
     dead = joblog.dead_launcher_jobs(root, local_hostname(), job)
     outcome = results.scan_outcome(scans)
     text, data = render.ps_text(scans, dead), render.ps_data(scans, job, dead)
@@ -805,6 +810,7 @@ def ps_command(
 
 @cli.command("kill", context_settings=CONTEXT)
 @hosts_option
+@launcher_option
 @job_option
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
@@ -820,6 +826,7 @@ def ps_command(
 @reports_errors_as_json("kill")
 def kill_command(
     hostfile: Path | None,
+    launcher: str,
     job: str | None,
     dry_run: bool,
     grace: float,
@@ -846,14 +853,16 @@ def kill_command(
     from dtrain.processes import results, sweep
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    where = where_to_run(launcher, hostfile, os.environ)
     kills = list(
         sweep.kill(
-            read_hosts(hostfile),
+            where.hosts,
             ssh,
             job,
             grace_s=grace,
             dry_run=dry_run,
             remote_python=remote_python,
+            slurm=where.slurm,
         ).values()
     )
     outcome = results.kill_outcome(kills)
@@ -876,6 +885,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @hosts_option
+@launcher_option
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
 @workdir_option
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
@@ -888,6 +898,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @reports_errors_as_json("doctor")
 def doctor(
     hostfile: Path | None,
+    launcher: str,
     port: int | None,
     workdir: Path | None,
     sync_dst_dir: str | None,
@@ -915,8 +926,9 @@ def doctor(
     """
     from dtrain.doctor import gather
 
+    where = where_to_run(launcher, hostfile, os.environ)
     request = gather.DoctorRequest(
-        hosts=read_hosts(hostfile),
+        hosts=where.hosts,
         command=command,
         workdir=str((workdir or Path.cwd()).absolute()),
         sync_dst=sync_dst_dir,
@@ -927,7 +939,7 @@ def doctor(
         kill_command=kill_command_for(hostfile, ssh_config),
     )
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    report = gather.run_doctor(request, ssh, remote_python)
+    report = gather.run_doctor(request, ssh, remote_python, slurm=where.slurm)
     if as_json:
         problems = [r.to_problem() for r in report.failures]
         emit_json(render.envelope("doctor", report.exit_code, report.to_dict(), problems))

@@ -213,7 +213,8 @@ class AgentGroup:
             with lock:
                 problems.update(found)
         starting_here.join()
-        sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
+        everyone = [*local, *hosts]
+        sessions = {h.key: self.sessions[h.key] for h in everyone if h.key in self.sessions}
         return sessions, problems
 
     def _start_agent(self, host: Host) -> Problem | None:
@@ -274,14 +275,19 @@ class AgentGroup:
         """Every host's agent from one job step (this one's, or the one `allocate` made)."""
         from dtrain.transport import slurm
 
+        local = [host for host in hosts if host.is_local]  # doctor's view from this machine
+        hosts = [host for host in hosts if not host.is_local]
+        problems = {h.key: p for h in local if (p := self._start_agent(h)) is not None}
         step = self.step
+        if step is None and not hosts:
+            return {h.key: self.sessions[h.key] for h in local if h.key in self.sessions}, problems
         if step is None:
             step = self._new_step([h.name for h in hosts], len(hosts))
             step.start(slurm.listen_address([h.name for h in hosts]))
             found = step.accept(slurm.STARTUP_TIMEOUT_S)
-            problems = {h.key: found[h.name] for h in hosts if h.name in found}
+            problems |= {h.key: found[h.name] for h in hosts if h.name in found}
         else:
-            problems = {
+            problems |= {
                 h.key: Problem("not in the allocation", host=h.display)
                 for h in hosts
                 if h.name not in step.agents
@@ -293,7 +299,8 @@ class AgentGroup:
         for host in hosts:
             if host.name in step.agents:
                 self._adopt(host, step.agents[host.name].link)
-        sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
+        everyone = [*local, *hosts]
+        sessions = {h.key: self.sessions[h.key] for h in everyone if h.key in self.sessions}
         return sessions, problems
 
     def close(self) -> None:

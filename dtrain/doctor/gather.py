@@ -37,7 +37,7 @@ from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
 from dtrain.remote import proto
 from dtrain.transport.machine import local_address, local_free_ports, local_hostname
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import SlurmOptions, SshOptions
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +82,22 @@ def run_doctor(
     ssh: SshOptions,
     remote_python: str = "auto",
     checks: Sequence[str] = CHECKS,
+    slurm: SlurmOptions | None = None,
 ) -> DoctorReport:
-    """Every check on every host (and this machine), in parallel; never raises for a host."""
+    """Every check on every host (and this machine), in parallel; never raises for a host.
+
+    With `slurm`, the hosts' agents come from one Slurm step (this machine's stays local)."""
     started = time.monotonic()
     here = local_host(local_hostname())
     everyone = (here, *request.hosts)
-    with AgentGroup(ssh, remote_python) as group:
+    with AgentGroup(ssh, remote_python, slurm) as group:
         sessions, problems = group.open_reachable(everyone)
         logger.debug("connected and agents started: %.3fs", time.monotonic() - started)
-        connect_s = dict(group.ssh.connect_times_s) if request.hosts else {}
+        over_ssh = request.hosts and slurm is None
+        connect_s = dict(group.ssh.connect_times_s) if over_ssh else {}
         survey = gather(request, here, sessions, problems, connect_s)
+        if group.step is not None:  # the hosts were reached through Slurm, not ssh
+            survey = replace(survey, reached_through=f"Slurm job {group.step.job_id}")
     results = judge(survey, checks)
     return DoctorReport(survey.hosts, results, tuple(checks), time.monotonic() - started)
 

@@ -150,6 +150,7 @@ class Survey:
     forwarded_env: frozenset[str] = frozenset()
     kill_command: str = "dtrain kill"
     wait_s: float = 2.0
+    reached_through: str | None = None  # not ssh: e.g. "Slurm job 12"
 
     @property
     def local(self) -> Observed | None:
@@ -252,6 +253,9 @@ def judge_ssh(survey: Survey) -> Verdicts:
             verdicts[host.name] = CheckResult(
                 "ssh", host.name, Status.FAIL, host.problem.message, host.problem.hint, host.problem
             )
+        elif survey.reached_through is not None:
+            detail = f"not used: reached through {survey.reached_through}"
+            verdicts[host.name] = CheckResult("ssh", host.name, Status.SKIP, detail)
         elif host.connect_s is not None and host.connect_s > SLOW_CONNECT_S:
             verdicts[host.name] = CheckResult(
                 "ssh",

@@ -23,7 +23,7 @@ from dtrain.plan.hosts import Host, local_host
 from dtrain.processes.results import HostKill, HostScan, JobProcess, Survivor
 from dtrain.remote import proto
 from dtrain.transport.machine import local_hostname
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import SlurmOptions, SshOptions
 
 __all__ = [
     "HostKill",
@@ -51,10 +51,13 @@ def this_machine() -> tuple[Host, ...]:
 
 @contextlib.contextmanager
 def open_agents(
-    hosts: Sequence[Host], ssh_options: SshOptions, remote_python: str = "auto"
+    hosts: Sequence[Host],
+    ssh_options: SshOptions,
+    remote_python: str = "auto",
+    slurm: SlurmOptions | None = None,
 ) -> Iterator[tuple[dict[str, AgentSession], dict[str, Problem]]]:
     """Agents on every host that can be reached (in parallel), and the problems of the others."""
-    with AgentGroup(ssh_options, remote_python) as group:
+    with AgentGroup(ssh_options, remote_python, slurm) as group:
         yield group.open_reachable(hosts)
 
 
@@ -65,6 +68,7 @@ def scan(
     *,
     include_dmlc: bool = True,
     remote_python: str = "auto",
+    slurm: SlurmOptions | None = None,
 ) -> dict[str, HostScan]:
     """The job processes on each host (no hosts: this machine), by `Host.key`, in host order.
 
@@ -72,7 +76,7 @@ def scan(
     processes that dtrain did not start.
     """
     hosts = tuple(hosts) or this_machine()
-    with open_agents(hosts, ssh_options, remote_python) as (sessions, problems):
+    with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
         found = scan_sessions(sessions, job, include_dmlc=include_dmlc)
     return _in_order(hosts, found, problems, lambda s: s)
 
@@ -94,6 +98,7 @@ def kill(
     dry_run: bool = False,
     include_dmlc: bool = True,
     remote_python: str = "auto",
+    slurm: SlurmOptions | None = None,
 ) -> dict[str, HostKill]:
     """Stop the job processes on every host in parallel (no hosts: this machine).
 
@@ -101,7 +106,7 @@ def kill(
     `dry_run`, only list. By `Host.key`, in host order; unreachable hosts carry their error.
     """
     hosts = tuple(hosts) or this_machine()
-    with open_agents(hosts, ssh_options, remote_python) as (sessions, problems):
+    with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
         done = kill_sessions(
             sessions, job, grace_s=grace_s, dry_run=dry_run, include_dmlc=include_dmlc
         )

@@ -265,3 +265,74 @@ def test_torch_ddp_through_sbatch(slurm: SlurmCluster, tmp_path: Path) -> None:
         ("3", "h2"),
     ], output[-3000:]
     assert len({checksum for _, _, checksum in sums}) == 1
+
+
+def allocation_env(slurm: SlurmCluster, job_id: str) -> dict[str, str]:
+    """What a shell inside the allocation has (salloc, sbatch, srun --pty bash)."""
+    return {**slurm.client_env(), "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "h[1-3]"}
+
+
+def test_ps_kill_and_doctor_inside_the_allocation_work_on_its_nodes_through_slurm(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    popen = spawn_in_salloc(
+        slurm, 3, ["launch", "-n", "3", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    )
+    try:
+        pids = running_tasks(tmp_path, 5)
+        document = job_of(tmp_path)
+        engine = document["engine"]
+        assert isinstance(engine, dict)
+        env = allocation_env(slurm, str(engine["job_id"]))
+        job = (tmp_path / "dtrain-logs" / "latest").resolve().name
+        ps = subprocess.run(
+            dtrain_argv("ps", "--job", job, "--json"),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ps.returncode == 0, ps.stderr
+        found = json.loads(ps.stdout)["data"]
+        tasks = sorted(
+            (p["task"], h["host"]) for h in found["hosts"] for p in h["processes"] if p.get("task")
+        )
+        assert [t for t, _ in tasks] == [
+            "scheduler",
+            "server.0",
+            "worker.0",
+            "worker.1",
+            "worker.2",
+        ], found
+        doctor = subprocess.run(
+            dtrain_argv("doctor", "--json", "--", PYTHON, "-c", "pass"),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        report = json.loads(doctor.stdout)
+        assert doctor.returncode == 0, doctor.stdout[-3000:]
+        ssh = {r["host"]: r["detail"] for r in report["data"]["results"] if r["check"] == "ssh"}
+        assert ssh["h1"].startswith("not used: reached through Slurm job"), ssh
+        hosts = {h["name"] for h in report["data"]["hosts"]}
+        assert {"h1", "h2", "h3"} <= hosts, report
+        kill = subprocess.run(
+            dtrain_argv("kill", "--job", job),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert kill.returncode == 0, kill.stderr
+        _, err = popen.communicate(timeout=60)
+        assert popen.returncode != 0
+        assert "killed" in err, err
+        assert wait_gone(pids, 10) == []
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
