@@ -50,7 +50,10 @@ CONNECT_VAR = "DTRAIN_AGENT_CONNECT"
 HELLO = b"dtrain-agent"
 HANDSHAKE_TIMEOUT_S = 10.0
 STARTUP_TIMEOUT_S = 120.0  # srun's own retries for a busy node take up to a minute
-STOP_TIMEOUT_S = 15.0
+# After the agents closed (each stopped its tasks first), srun only has bookkeeping left;
+# one still running then waits on a lost node: SIGTERM makes it give up the step.
+SRUN_EXIT_S = 3.0
+STOP_TIMEOUT_S = 10.0
 STDERR_TAIL = 60
 # The launcher's ssh session is not the agents': they would report its address as their own.
 _NOT_EXPORTED = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", KEY_VAR, CONNECT_VAR)
@@ -398,7 +401,7 @@ class SlurmStep:
         if self.proc is None:
             return
         try:  # with no agent in yet (queued, or failing), there is nothing to wait for
-            self.proc.wait(STOP_TIMEOUT_S if self.agents else 0.1)
+            self.proc.wait(SRUN_EXIT_S if self.agents else 0.1)
         except subprocess.TimeoutExpired:
             for sig in (signal.SIGTERM, signal.SIGKILL):  # srun cancels what it asked for
                 with contextlib.suppress(ProcessLookupError):

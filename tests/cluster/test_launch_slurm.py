@@ -336,3 +336,22 @@ def test_ps_kill_and_doctor_inside_the_allocation_work_on_its_nodes_through_slur
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+
+
+def test_a_lost_node_is_named_and_the_rest_of_the_job_stopped(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    popen = spawn_in_salloc(
+        slurm, 3, ["launch", "-n", "3", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    )
+    try:
+        pids = running_tasks(tmp_path, 5)
+        slurm.cluster.stop_host("h3")  # the machine is gone: its slurmd, agent and tasks
+        _, err = popen.communicate(timeout=90)
+        assert popen.returncode != 0
+        assert re.search(r"worker\.2@h3 was lost", err), err
+        assert wait_gone(pids, 15) == []
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
