@@ -570,7 +570,10 @@ def launch(**given: Any) -> None:
     request, options = config_from_flags(flags)
     job_id = new_job_id()
     if flags.dry_run:
-        print_dry_run(request, job_id, options.ssh, flags.as_json)
+        if options.slurm is not None and options.slurm.nodes is not None:
+            placeholders = tuple(Host(f"node{i + 1}") for i in range(options.slurm.nodes))
+            request = with_slurm_hosts(request, placeholders)
+        print_dry_run(request, job_id, options.ssh, flags.as_json, slurm=options.slurm)
         return
     stderr = sys.stderr.buffer
     console = TerminalConsole(stderr if flags.as_json else sys.stdout.buffer, stderr)
@@ -694,11 +697,21 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
     return request, options
 
 
-def print_dry_run(request: planner.JobRequest, job_id: str, ssh: SshOptions, as_json: bool) -> None:
+def print_dry_run(
+    request: planner.JobRequest,
+    job_id: str,
+    ssh: SshOptions,
+    as_json: bool,
+    slurm: SlurmOptions | None = None,
+) -> None:
     """The plan, made with what can be known without connecting anywhere."""
     facts, unresolved = dry_run_facts(request, job_id, ssh)
     plan = planner.plan_job(request, facts)
     note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
+    if slurm is not None:
+        unresolved = []  # Slurm's node names need not resolve here: the agents connect back
+        if slurm.nodes is not None:
+            note += f"\nnote: node1..node{slurm.nodes} stand for the nodes Slurm will allocate"
     if unresolved:
         note += (
             f"\nnote: {', '.join(unresolved)} "
