@@ -58,6 +58,22 @@ STDERR_TAIL = 60
 # The launcher's ssh session is not the agents': they would report its address as their own.
 _NOT_EXPORTED = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", KEY_VAR, CONNECT_VAR)
 
+# What srun sets for the agents' own step: each task gets dtrain's ranks, and a framework that
+# reads Slurm's (Lightning's SLURMEnvironment reads SLURM_NTASKS and SLURM_PROCID) must not
+# take the agent's place in its step for its own. The job's SLURM_JOB_* stay.
+STEP_VARS = (
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_TASK_PID",
+    "SLURM_GTIDS",
+    "SLURM_STEPID",
+)
+
 # Runs first in each agent (Python >= 3.6, stdlib): the handshake, then the usual boot code
 # with the connection as its stdin and stdout.
 _CONNECT_BACK = """import os,sys,socket,hmac,hashlib,binascii
@@ -80,6 +96,8 @@ if len(l)!=2 or not hmac.compare_digest(l[1],m(b"launcher",n)):
 f.write(m(b"agent",l[0])+b"\\n")
 s.settimeout(None)
 os.dup2(s.fileno(),0);os.dup2(s.fileno(),1);f.close();s.close()
+for v in [v for v in os.environ if v in {step_vars!r} or v.startswith("SLURM_STEP_")]:
+ del os.environ[v]
 exec({boot!r})
 """
 
@@ -94,6 +112,7 @@ def agent_boot() -> str:
         connect=CONNECT_VAR,
         timeout=HANDSHAKE_TIMEOUT_S,
         hello=HELLO,
+        step_vars=STEP_VARS,
         boot=boot_code(),
     )
 

@@ -105,7 +105,7 @@ def test_argv_and_env_reach_every_node_byte_exact(slurm: SlurmCluster, tmp_path:
             "--",
             PYTHON,
             PRINT_ENV,
-            "ODD,RANK,MASTER_ADDR",
+            "ODD,RANK,MASTER_ADDR,SLURM_JOB_ID,SLURM_PROCID,SLURM_NTASKS,SLURM_STEP_ID",
             *awkward,
         ],
         tmp_path,
@@ -115,9 +115,15 @@ def test_argv_and_env_reach_every_node_byte_exact(slurm: SlurmCluster, tmp_path:
     assert len(reports) == 3
     first = slurm.cluster.hosts[0].address
     for report in reports:
-        assert report["argv"] == ["ODD,RANK,MASTER_ADDR", *awkward]
+        assert report["argv"] == [
+            "ODD,RANK,MASTER_ADDR,SLURM_JOB_ID,SLURM_PROCID,SLURM_NTASKS,SLURM_STEP_ID",
+            *awkward,
+        ]
         assert report["env"]["ODD"] == "x y 'z' $HOME"
         assert report["env"]["MASTER_ADDR"] == first
+        # the job's id, but not the agents' step's ranks: a framework reads dtrain's RANK
+        assert report["env"]["SLURM_JOB_ID"].isdigit()
+        assert not {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"} & set(report["env"])
     assert sorted(r["env"]["RANK"] for r in reports) == ["0", "1", "2"]
 
 
