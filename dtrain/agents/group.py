@@ -259,11 +259,13 @@ class AgentGroup:
         from dtrain.transport.slurm import SlurmStep
 
         assert self.slurm is not None
-        python = self.slurm.python if self.remote_python == "auto" else self.remote_python
+        from dtrain.transport.bootstrap import AGENT_PYTHONS
+
+        auto = self.remote_python == "auto"
         self.step = SlurmStep(
             nodes,
             count,
-            python=python,
+            pythons=AGENT_PYTHONS if auto else (self.remote_python,),
             job_name=self.slurm.job_name,
             srun_args=self.slurm.srun_args,
         )

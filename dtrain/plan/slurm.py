@@ -162,12 +162,11 @@ def allocation_from(env: Mapping[str, str], nodes: Sequence[str]) -> Allocation:
 def agent_step_argv(
     nodes: Sequence[str] | None,
     count: int,
-    python: str,
-    boot: str,
+    command: Sequence[str],
     job_name: str,
     srun_args: Sequence[str] = (),
 ) -> list[str]:
-    """The one `srun` that starts an agent on each node: one task per node, in one step.
+    """The one `srun` that runs `command` (an agent) on each node: one task per node, one step.
 
     `nodes` pins the step to those nodes inside an allocation; None lets srun make the
     allocation (`--launcher slurm --nodes N`), with the user's own srun options. `--overlap`
@@ -178,14 +177,5 @@ def agent_step_argv(
     argv = ["srun", f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1"]
     if nodes is not None:
         argv.append(f"--nodelist={','.join(nodes)}")
-    argv += [
-        "--overlap",
-        "--input=none",
-        "--kill-on-bad-exit=0",
-        f"--job-name={job_name}",
-        *srun_args,
-        python,
-        "-c",
-        boot,
-    ]
-    return argv
+    argv += ["--overlap", "--input=none", "--kill-on-bad-exit=0", f"--job-name={job_name}"]
+    return [*argv, *srun_args, *command]

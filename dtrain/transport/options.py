@@ -25,5 +25,4 @@ class SlurmOptions:
 
     nodes: int | None = None
     srun_args: tuple[str, ...] = ()
-    python: str = "python3"
     job_name: str = "dtrain"

@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -40,7 +41,7 @@ from socket import SocketIO
 
 from dtrain.errors import ConnectError, Problem, UsageError
 from dtrain.plan import slurm
-from dtrain.transport.bootstrap import agent_payload, boot_code
+from dtrain.transport.bootstrap import AGENT_PYTHONS, TOO_OLD_EXIT, agent_payload, boot_code
 from dtrain.transport.machine import route_address
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,19 @@ def agent_boot() -> str:
         step_vars=STEP_VARS,
         boot=boot_code(),
     )
+
+
+def agent_command(pythons: Sequence[str]) -> list[str]:
+    """The agent under the first of `pythons` the node has (a pyenv shim first on PATH costs
+    0.1 s a node); the boot code is the script's $0, an argument, never spliced into it."""
+    candidates = " ".join(shlex.quote(p) for p in pythons)
+    script = (
+        f'for p in {candidates}; do if command -v "$p" >/dev/null 2>&1; then '
+        f'"$p" -c "$0"; s=$?; [ $s -eq {TOO_OLD_EXIT} ] || exit $s; fi; done; '
+        f'echo "dtrain: no python3 >= 3.6 for the agent on $(uname -n) '
+        f'(tried {candidates})" >&2; exit 127'
+    )
+    return ["sh", "-c", script, agent_boot()]
 
 
 # ---- the allocation ---------------------------------------------------------------------------
@@ -255,14 +269,14 @@ class SlurmStep:
         nodes: Sequence[str] | None,
         count: int,
         *,
-        python: str = "python3",
+        pythons: Sequence[str] = AGENT_PYTHONS,
         job_name: str = "dtrain",
         srun_args: Sequence[str] = (),
         on_note: Callable[[str], None] | None = None,
     ) -> None:
         self.nodes = tuple(nodes) if nodes is not None else None
         self.count = count
-        self.python = python
+        self.pythons = tuple(pythons)
         self.job_name = job_name
         self.srun_args = tuple(srun_args)
         self.on_note = on_note
@@ -298,11 +312,10 @@ class SlurmStep:
         """Listen, then run srun; the agents are accepted by `accept`."""
         srun = _slurm_command("srun")
         env = self.listen(address)
-        argv = slurm.agent_step_argv(
-            self.nodes, self.count, self.python, agent_boot(), self.job_name, self.srun_args
-        )
+        command = agent_command(self.pythons)
+        argv = slurm.agent_step_argv(self.nodes, self.count, command, self.job_name, self.srun_args)
         argv[0] = srun
-        logger.debug("agent step: %s", " ".join(argv[:-2]))
+        logger.debug("agent step: %s", " ".join(argv[:-3]))
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,

@@ -102,9 +102,11 @@ def test_without_task_counts_every_node_has_one_slot_and_no_nodes_is_an_error() 
 
 
 def test_one_step_runs_one_agent_per_node_and_the_key_is_never_in_it() -> None:
-    argv = slurm.agent_step_argv(["h1", "h2"], 2, "python3", "BOOT", "dtrain", ("-p", "gpu"))
+    argv = slurm.agent_step_argv(
+        ["h1", "h2"], 2, ["python3", "-c", "BOOT"], "dtrain", ("-p", "gpu")
+    )
     assert argv[:4] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
     assert "--nodelist=h1,h2" in argv and "--overlap" in argv and "--input=none" in argv
     assert argv[-5:] == ["-p", "gpu", "python3", "-c", "BOOT"]
-    made = slurm.agent_step_argv(None, 3, "python3", "BOOT", "dtrain")
+    made = slurm.agent_step_argv(None, 3, ["python3"], "dtrain")
     assert not any(arg.startswith("--nodelist") for arg in made)

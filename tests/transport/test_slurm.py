@@ -37,7 +37,7 @@ def run_agent(
     env: dict[str, str], node: str, procs: list[subprocess.Popen[bytes]], **extra: str
 ) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", slurm.agent_boot()],
+        slurm.agent_command(["/nonexistent/python3", sys.executable]),  # the first that exists
         env={**env, "SLURMD_NODENAME": node, "SLURM_NODEID": "0", **extra},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
