@@ -183,20 +183,27 @@ def running_tasks(cwd: Path, count: int) -> list[int]:
     return pids
 
 
-@pytest.mark.parametrize("how", ["sigkill", "sigint"])
-def test_dtrain_killed_or_interrupted_leaves_nothing_on_any_node(
+# How dtrain is stopped -> its exit status (Popen's: -9 is SIGKILL).
+ENDINGS = {"sigkill": -9, "sigint": 130, "sigterm": 143, "timeout": 124}
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+def test_dtrain_killed_interrupted_or_timed_out_leaves_nothing_on_any_node(
     slurm: SlurmCluster, tmp_path: Path, how: str
 ) -> None:
+    timeout = ["--timeout", "3"] if how == "timeout" else []
     popen = start_allocating(
-        slurm, ["-n", "2", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+        slurm, [*timeout, "-n", "2", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
     )
     try:
         pids = running_tasks(tmp_path, 4)
-        popen.send_signal(signal.SIGKILL if how == "sigkill" else signal.SIGINT)
+        signals = {"sigkill": signal.SIGKILL, "sigint": signal.SIGINT, "sigterm": signal.SIGTERM}
+        if how in signals:
+            popen.send_signal(signals[how])
         popen.communicate(timeout=30)
         left = wait_gone(pids, 10)
         assert left == [], f"{how}: still running {left}"
-        assert popen.returncode == (-9 if how == "sigkill" else 130)
+        assert popen.returncode == ENDINGS[how]
         wait_for(lambda: slurm_jobs(slurm) == "", 20, "the allocation's release")
     finally:
         if popen.poll() is None:
