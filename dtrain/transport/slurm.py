@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from socket import SocketIO
 
-from dtrain.errors import ConnectError, Problem, UsageError
+from dtrain.errors import ConnectError, DtrainError, Problem, UsageError
 from dtrain.plan import slurm
 from dtrain.transport.bootstrap import AGENT_PYTHONS, TOO_OLD_EXIT, agent_payload, boot_code
 from dtrain.transport.machine import route_address
@@ -56,6 +56,7 @@ STARTUP_TIMEOUT_S = 120.0  # srun's own retries for a busy node take up to a min
 SRUN_EXIT_S = 3.0
 STOP_TIMEOUT_S = 10.0
 STDERR_TAIL = 60
+SCONTROL_TIMEOUT_S = 30.0
 # The launcher's ssh session is not the agents': they would report its address as their own.
 _NOT_EXPORTED = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", KEY_VAR, CONNECT_VAR)
 
@@ -145,18 +146,37 @@ def _slurm_command(name: str) -> str:
     return path
 
 
+def _scontrol(*args: str) -> subprocess.CompletedProcess[str]:
+    """`scontrol ARGS`, bounded; a missing or hung scontrol is an error that says so."""
+    try:
+        return subprocess.run(
+            [_slurm_command("scontrol"), *args],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConnectError(
+            f"scontrol {' '.join(args)} did not answer within {SCONTROL_TIMEOUT_S:.0f}s",
+            hint="check that the Slurm controller is up (scontrol ping)",
+        ) from None
+
+
+def _records(text: str) -> list[dict[str, str]]:
+    """`scontrol -o show ...`: one record a line, `Key=Value` words."""
+    return [
+        dict(word.split("=", 1) for word in line.split() if "=" in word)
+        for line in text.splitlines()
+    ]
+
+
 def expand_nodelist(expression: str) -> tuple[str, ...]:
     """Slurm's own expansion (`scontrol show hostnames`); without scontrol, the same grammar
     here. A list neither can read is an error: never a silent fall back to this machine."""
     if shutil.which("scontrol") is None:
         return slurm.expand_hostlist(expression)
-    done = subprocess.run(
-        ["scontrol", "show", "hostnames", expression],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = _scontrol("show", "hostnames", expression)
     names = tuple(done.stdout.split())
     if done.returncode != 0 or not names:
         raise UsageError(
@@ -176,19 +196,8 @@ def current_allocation(env: Mapping[str, str]) -> slurm.Allocation:
 
 def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
     """Each node's NodeAddr as the controller knows it (names may not resolve here)."""
-    done = subprocess.run(
-        ["scontrol", "show", "node", "-o", ",".join(nodes)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    found = {}
-    for line in done.stdout.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "NodeName" in fields and "NodeAddr" in fields:
-            found[fields["NodeName"]] = fields["NodeAddr"]
-    return found
+    records = _records(_scontrol("-o", "show", "node", ",".join(nodes)).stdout)
+    return {r["NodeName"]: r["NodeAddr"] for r in records if "NodeName" in r and "NodeAddr" in r}
 
 
 def listen_address(nodes: Sequence[str]) -> str:
@@ -462,17 +471,10 @@ def _ended_why(job_id: str) -> str:
     deadline = time.monotonic() + _STATE_WAIT_S
     while True:
         try:
-            done = subprocess.run(
-                ["scontrol", "-o", "show", "job", job_id],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
+            records = _records(_scontrol("-o", "show", "job", job_id).stdout)
+        except (OSError, DtrainError):
             return ""
-        fields = dict(f.split("=", 1) for f in done.stdout.split() if "=" in f)
-        state = fields.get("JobState", "")
+        state = records[0].get("JobState", "") if records else ""
         if state != "COMPLETING" or time.monotonic() > deadline:
             return _ENDED_BY_SLURM.get(state, "").format(job=job_id)
         time.sleep(0.2)
@@ -481,13 +483,7 @@ def _ended_why(job_id: str) -> str:
 def controller_route() -> str:
     """This machine's address towards the Slurm controller: where the nodes of an allocation
     not made yet can reach the launcher (they all talk to the controller)."""
-    done = subprocess.run(
-        [_slurm_command("scontrol"), "show", "config"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = _scontrol("show", "config")
     for line in done.stdout.splitlines():
         key, _, value = line.partition("=")
         if key.strip().startswith("SlurmctldHost"):
