@@ -41,6 +41,23 @@ from tests.cluster.netcluster import Cluster, assert_routes_to_bridge  # noqa: E
 from tests.cluster.slurmcluster import SlurmCluster  # noqa: E402
 
 PYTHON = sys.executable
+PAGE = """# Benchmarks: dtrain on Slurm against plain srun
+
+Made by `python -m bench.slurm {argv}` (root; Debian's slurmctld, slurmd and slurm-client):
+a real Slurm 22.05 cluster on the suite's namespaced hosts, one allocation of every node held
+by `salloc --no-shell`, and inside it, interleaved, `dtrain launch --framework torch` against
+`srun --overlap` of the same tiny task (`bench/task.py`). Every figure comes from the same run
+on a shared 2-core machine: compare them as ratios, not as absolute times.
+
+{report}
+What the columns mean: *last task started* runs from the command's start to the last task's
+own start stamp; *whole command* to the command's exit. dtrain's figure includes its Python
+start-up and imports, one `srun` step for the agents (one agent per node), each agent
+connecting back and proving the job's key, the agent's code sent over that connection, the
+plan, the preflight (stale processes, ports), and starting every task. Teardown runs from the
+failing task's exit to the command's exit; plain `srun` without `-K` waits for the tasks that
+still sleep (so never, here), and with `-K` ends the step but reports 143, not the task's 7.
+"""
 LIFE_S = 60.0
 
 
@@ -203,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cap", type=float, default=15.0, help="how long 'never' waits")
     parser.add_argument("--json", type=Path, help="also write every record here")
+    parser.add_argument("--write", type=Path, help="write the report as a page (docs/...)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench.slurm: run as root: it builds network namespaces and Slurm daemons")
@@ -210,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = measure(args.nodes, args.per_host, args.repeats, args.cap)
     if args.json:
         args.json.write_text(json.dumps(records, indent=1))
-    print(report(records, (args.nodes, args.per_host), args.cap), end="")
+    text = report(records, (args.nodes, args.per_host), args.cap)
+    print(text, end="")
+    if args.write:
+        args.write.write_text(PAGE.format(report=text, argv=" ".join(sys.argv[1:])))
     return 0
 
 

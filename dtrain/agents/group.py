@@ -213,8 +213,7 @@ class AgentGroup:
             with lock:
                 problems.update(found)
         starting_here.join()
-        everyone = [*local, *hosts]
-        sessions = {h.key: self.sessions[h.key] for h in everyone if h.key in self.sessions}
+        sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
         return sessions, problems
 
     def _start_agent(self, host: Host) -> Problem | None:
@@ -256,11 +255,10 @@ class AgentGroup:
         return tuple(Host(name=agent.node) for agent in agents)
 
     def _new_step(self, nodes: Sequence[str] | None, count: int) -> SlurmStep:
+        from dtrain.transport.bootstrap import AGENT_PYTHONS
         from dtrain.transport.slurm import SlurmStep
 
         assert self.slurm is not None
-        from dtrain.transport.bootstrap import AGENT_PYTHONS
-
         auto = self.remote_python == "auto"
         self.step = SlurmStep(
             nodes,
