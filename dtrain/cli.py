@@ -883,6 +883,77 @@ def kill_command(
     finish_sweep("kill", as_json, outcome, render.kill_text(kills), data)
 
 
+@cli.command("stacks", context_settings=CONTEXT)
+@hosts_option
+@job_option
+@click.option("--native", is_flag=True, help="Also the C/C++ frames (ps-lite, gloo, NCCL).")
+@click.option(
+    "--per-process-timeout",
+    "per_process_s",
+    type=Seconds(min=0.1, max=DAY_S),
+    default=10.0,
+    show_default=True,
+    help="Seconds py-spy may take for one process.",
+)
+@log_dir_option("Where the job's directory is: each task's full stack is written there.")
+@remote_python_option
+@ssh_options
+@json_option
+@reports_errors_as_json("stacks")
+def stacks_command(
+    hostfile: Path | None,
+    job: str | None,
+    native: bool,
+    per_process_s: float,
+    log_dir: str,
+    remote_python: str,
+    ssh_config: Path | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Show where every task of a job is right now: its Python stack, on every host at once.
+
+    Takes the stack of every thread of every job process (as `dtrain ps` finds them) with
+    py-spy, on all hosts in parallel, and groups identical stacks: the odd ones out come
+    first. Each task's full stack is written under the job's directory in --log-dir when it
+    is on this machine. py-spy must be installed in the job's environment (or on PATH) on
+    each host; it pauses each process for milliseconds and changes nothing else. Exits 0
+    when every host answered with every Python process's stack.
+
+    \b
+    Examples:
+      dtrain stacks -H hosts --job 20261122-143005-3fa2
+      dtrain stacks -H hosts --native --json
+    """
+    from dtrain.processes import stacks
+
+    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    root = joblog.check_root(log_dir)
+    report = stacks.take(
+        read_hosts(hostfile),
+        ssh,
+        job,
+        native=native,
+        per_process_s=per_process_s,
+        remote_python=remote_python,
+    )
+    report = stacks.with_files(report, root, datetime.now().strftime("%Y%m%d-%H%M%S"))
+    if as_json:
+        document = render.envelope(
+            "stacks", report.exit_code, render.stacks_data(report), report.problems, report.status
+        )
+        emit_json(document)
+        if report.exit_code:
+            raise SystemExit(report.exit_code)
+        return
+    click.echo(render.stacks_text(report), nl=False)
+    if report.exit_code:
+        raise DtrainError(
+            "could not take every stack", problems=report.problems, exit_code=report.exit_code
+        )
+
+
 # ---- doctor ---------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from dtrain.launch.results import JobResult, JobState, TaskExit, signal_name
 from dtrain.plan.spec import JobPlan
 from dtrain.processes.results import DeadLauncherJob, Fate, HostKill, HostScan, JobProcess
 from dtrain.processes.results import duration_text as duration_text  # re-exported for callers
+from dtrain.processes.stackgroups import StacksReport, summary_lines
 
 JSON_VERSION = 1
 MAX_PARTIAL_LINE = 1 << 16
@@ -592,3 +593,22 @@ def doctor_summary(report: DoctorReport) -> str:
         parts += [f"{warned} warning{'s' if warned != 1 else ''}"] if warned else []
         verdict = ", ".join(parts)
     return f"doctor: {where}, {len(report.checks)} checks in {report.elapsed_s:.1f}s: {verdict}"
+
+
+# ---- stacks -----------------------------------------------------------------------------------
+
+
+def stacks_text(report: StacksReport) -> str:
+    """What `dtrain stacks` prints: the grouped summary, odd ones out first, then where the
+    per-task files are."""
+    lines = summary_lines(report)
+    if report.files_dir:
+        lines.append(f"every task's full stack: {report.files_dir}/")
+    for note in report.notes:
+        lines.append(note)
+    return "\n".join(lines) + "\n"
+
+
+def stacks_data(report: StacksReport) -> dict[str, object]:
+    """The `data` of `dtrain stacks --json`: the groups and every task."""
+    return report.to_dict()

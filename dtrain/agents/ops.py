@@ -215,3 +215,26 @@ def sync_put(
     session.request(
         proto.OP_SYNC_PUT, timeout_s, data=data, dst=dst, files=[list(f) for f in files]
     )
+
+
+def stacks(
+    sessions: Sessions,
+    timeout_s: float,
+    *,
+    job: str | None,
+    native: bool,
+    per_process_s: float,
+) -> Replies:
+    """Every job process's stack on each host (`job` None: every dtrain job's), each process
+    bounded by `per_process_s`; answered while the host's tasks keep running."""
+    return request_each(
+        sessions,
+        proto.OP_STACKS,
+        timeout_s,
+        None,
+        **{
+            proto.STACKS_JOB: job,
+            proto.STACKS_NATIVE: native,
+            proto.STACKS_PER_PROCESS_S: per_process_s,
+        },
+    )

@@ -23,10 +23,11 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
-from . import files, probe, procs, proto
+from . import files, probe, procs, proto, stacks
 
 READ_CHUNK = 1 << 16
 COALESCE_BYTES = 1 << 18
@@ -169,7 +170,9 @@ class Agent:
             proto.OP_CONNECT: self.op_connect,
             proto.OP_SYNC_PLAN: self.op_sync_plan,
             proto.OP_SYNC_PUT: self.op_sync_put,
+            proto.OP_STACKS: self.op_stacks,
         }
+        self.background_replies = []  # type: List[Dict[str, Any]]
         self.selector.register(in_fd, selectors.EVENT_READ, "ctl")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
 
@@ -220,6 +223,8 @@ class Agent:
                 pass
         except OSError:
             pass
+        while self.background_replies:
+            self.reply(self.background_replies.pop(0))
 
     # ---- launcher side ---------------------------------------------------------------------
 
@@ -376,6 +381,24 @@ class Agent:
         results = probe.connect_all(targets, float(request.get("wait_s", 2.0)))
         self.last_heard = time.monotonic()
         self.reply({"ok": True, proto.CONNECT_RESULTS: results})
+
+    def op_stacks(self, request):
+        """Answered from a thread: py-spy may take seconds, and a STOP or KILL from the
+        launcher meanwhile must act at once."""
+
+        def work():
+            try:
+                reply = dict(stacks.take(request), ok=True)
+            except Exception as exc:
+                why = "%s: %s" % (type(exc).__name__, exc)
+                reply = {proto.ERROR: "stacks failed on this host: " + why}
+            self.background_replies.append(reply)
+            with contextlib.suppress(OSError):
+                os.write(self.wake_w, b"s")
+
+        thread = threading.Thread(target=work, name="dtrain-stacks")
+        thread.daemon = True
+        thread.start()
 
     def op_sync_plan(self, request):
         try:

@@ -43,6 +43,7 @@ OP_UNLISTEN = "unlisten"
 OP_CONNECT = "connect"  # connect to other hosts' listeners
 OP_SYNC_PLAN = "sync_plan"  # which files of a manifest the host needs
 OP_SYNC_PUT = "sync_put"  # receive them (DATA frames)
+OP_STACKS = "stacks"  # every job process's Python stack (`dtrain stacks`), answered from a thread
 
 # every REPLY
 OK = "ok"
@@ -94,6 +95,11 @@ CONNECT_TARGETS = "targets"  # request: [{"to", "address", "port"}]
 CONNECT_RESULTS = "results"  # reply: each target with "ok", "error", "elapsed_s"
 SYNC_NEED = "need"
 SYNC_WRITTEN = "written"
+STACKS_JOB = "job"
+STACKS_NATIVE = "native"
+STACKS_PER_PROCESS_S = "per_process_s"
+STACKS_PROCESSES = "processes"  # each: pid, tags, python, tool, threads or error
+PROBE_STACKS = "stacks"  # doctor: {"tool", "looked_in", "ptrace_scope"}
 PROBE_PORT_HOLDERS = "port_holders"
 PROBE_FIREWALL_TOOLS = "firewall_tools"
 

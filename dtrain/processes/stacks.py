@@ -1,0 +1,128 @@
+"""Take the stack of every job process on every host at once: `dtrain stacks`, and a hung launch.
+
+Each host's agent finds the job's processes as `dtrain ps` does and runs py-spy on all of them
+in parallel (`dtrain.remote.stacks`); this module asks every host at once, so the whole takes
+about as long as the slowest process, and turns the replies into a `StacksReport`. A host that
+cannot be reached, or has no py-spy, is a problem in the report, never an exception: the other
+hosts are still answered. The per-task files go under the job's log directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from dtrain.agents import ops
+from dtrain.agents.group import Reply
+from dtrain.agents.session import AgentSession
+from dtrain.errors import Problem, RemoteError
+from dtrain.plan.hosts import Host
+from dtrain.processes import stackgroups
+from dtrain.processes.stackgroups import HostStacks, StacksReport, TaskStack
+from dtrain.processes.sweep import open_agents, this_machine
+from dtrain.remote import proto
+from dtrain.transport.options import SshOptions
+
+logger = logging.getLogger(__name__)
+
+PER_PROCESS_S = 10.0  # one py-spy on demand: --native on a large library reads its symbols
+REPLY_MARGIN_S = 10.0  # beyond the per-process bound: finding the processes, a slow host
+SUMMARY_FILE = "summary.txt"
+
+
+def take(
+    hosts: Sequence[Host],
+    ssh_options: SshOptions,
+    job: str | None,
+    *,
+    native: bool = False,
+    per_process_s: float = PER_PROCESS_S,
+    remote_python: str = "auto",
+) -> StacksReport:
+    """Every job process's stack on every host in parallel (no hosts: this machine)."""
+    hosts = tuple(hosts) or this_machine()
+    with open_agents(hosts, ssh_options, remote_python) as (sessions, problems):
+        done = take_sessions(sessions, job, native=native, per_process_s=per_process_s)
+    ordered = []
+    for host in hosts:
+        if host.key in done:
+            ordered.append(done[host.key])
+        else:
+            problem = problems.get(host.key) or Problem("no answer", host=host.display)
+            ordered.append(HostStacks(host.display, error=problem))
+    return StacksReport(tuple(ordered), job=job, is_native=native)
+
+
+def take_sessions(
+    sessions: Mapping[str, AgentSession],
+    job: str | None,
+    *,
+    native: bool = False,
+    per_process_s: float = PER_PROCESS_S,
+    timeout_s: float | None = None,
+) -> dict[str, HostStacks]:
+    """`take` over agents that are already running (a launch has them open)."""
+    wait_s = timeout_s if timeout_s is not None else 4 * per_process_s + REPLY_MARGIN_S
+    replies = ops.stacks(sessions, wait_s, job=job, native=native, per_process_s=per_process_s)
+    results = {}
+    for key, session in sessions.items():
+        reply = replies.get(key)
+        if reply is not None:
+            results[key] = host_stacks(session.host, reply)
+    return results
+
+
+def host_stacks(host: Host, reply: Reply) -> HostStacks:
+    if isinstance(reply, RemoteError):
+        problem = Problem(reply.what, host=host.display, hint=reply.hint, code=reply.code)
+        return HostStacks(host.display, error=problem)
+    found = [TaskStack.from_agent(e, host.display) for e in reply.get(proto.STACKS_PROCESSES, ())]
+    return HostStacks(host.display, stackgroups.labelled(found))
+
+
+def write_files(report: StacksReport, job_dir: Path, stamp: str) -> Path:
+    """`job_dir/stacks-<stamp>/`: the grouped summary and one file per task; the directory.
+
+    Raises OSError when it cannot be written (the caller says so and goes on).
+    """
+    where = job_dir / f"stacks-{stamp}"
+    where.mkdir(mode=0o700, parents=False, exist_ok=True)
+    lines = stackgroups.summary_lines(report)
+    lines += [f"{p.host}: {p.message}" for p in report.problems]
+    (where / SUMMARY_FILE).write_text("\n".join(lines) + "\n")
+    for stack in report.stacks:
+        (where / stackgroups.file_name(stack)).write_text(stackgroups.task_text(stack))
+    logger.debug("stacks of %d processes in %s", len(report.stacks), where)
+    return where
+
+
+def job_dir(root: Path, job: str) -> Path | None:
+    """The job's log directory under `root` when it is on this machine, else None."""
+    candidate = root / job
+    return candidate if os.path.isdir(candidate) else None
+
+
+def with_files(report: StacksReport, root: Path, stamp: str) -> StacksReport:
+    """The report, its per-task files written under each job's directory in `root` (when it
+    is on this machine), and a note for each job whose directory is not."""
+    by_job: dict[str, list[TaskStack]] = {}
+    for stack in report.stacks:
+        if stack.job_id is not None:
+            by_job.setdefault(stack.job_id, []).append(stack)
+    written: list[str] = []
+    notes = list(report.notes)
+    for job, found in sorted(by_job.items()):
+        directory = job_dir(root, job)
+        if directory is None:
+            notes.append(f"no directory for job {job} under {root}: stacks not written to files")
+            continue
+        part = replace(report, hosts=(HostStacks("", tuple(found)),))
+        try:
+            written.append(str(write_files(part, directory, stamp)))
+        except OSError as exc:
+            notes.append(f"cannot write stacks under {directory}: {exc.strerror or exc}")
+    files = written[0] if len(written) == 1 else (", ".join(written) or None)
+    return replace(report, files_dir=files, notes=tuple(notes))
