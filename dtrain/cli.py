@@ -519,6 +519,12 @@ ROLE_ENV_FLAGS = {
     "is treated as failed (MXNet workers hang at exit). 0 turns it off.",
 )
 @click.option(
+    "--no-stacks",
+    is_flag=True,
+    help="When the job hangs (--timeout, --traceback-timeout, a Ctrl-C after a long silence), "
+    "stop it without first taking every task's stack into the log directory.",
+)
+@click.option(
     "--heartbeat-timeout",
     type=Seconds(min=2, max=DAY_S),
     default=15.0,
@@ -615,6 +621,7 @@ class LaunchFlags:
     grace: float
     timeout: float | None
     traceback_timeout: float
+    no_stacks: bool
     heartbeat_timeout: float
     chief: bool
     ps_gpus: bool
@@ -689,6 +696,7 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         preflight=not flags.no_preflight,
         kill_command=kill_command_for(flags.hostfile, flags.ssh_config),
         slurm=where.slurm,
+        take_stacks=not flags.no_stacks,
     )
     if where.slurm is not None and where.hosts:
         request = with_slurm_hosts(request, where.hosts)

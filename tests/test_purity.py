@@ -14,6 +14,7 @@ PURE = [
     "dtrain.launch.results",
     "dtrain.render",
     "dtrain.processes.results",
+    "dtrain.processes.stackgroups",
     "dtrain.doctor.parity",
     "dtrain.doctor.judge",
 ]

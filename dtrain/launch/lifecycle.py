@@ -25,7 +25,7 @@ from dtrain.doctor import parity
 from dtrain.errors import PreflightFailed
 from dtrain.launch import joblog, sync
 from dtrain.launch.results import JobResult
-from dtrain.launch.supervise import Console, Supervisor, SupervisorOptions
+from dtrain.launch.supervise import Console, StackTaker, Supervisor, SupervisorOptions
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
@@ -57,6 +57,7 @@ class LaunchOptions:
     preflight: bool = True
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
     slurm: SlurmOptions | None = None  # start the agents through Slurm (see AgentGroup)
+    take_stacks: bool = True  # a job stopped because it hung: every task's stack first
 
 
 def gather_facts(
@@ -216,6 +217,7 @@ class Launch:
                             lease_s=self.options.lease_s,
                             linger_s=self.options.grace_s,
                         ),
+                        stacks=self._stack_taker(sessions),
                     )
                     started = True
                     ops.start(sessions, REQUEST_TIMEOUT_S).raise_if_failed(
@@ -260,6 +262,15 @@ class Launch:
         except OSError as exc:
             raise joblog.log_dir_error(paths.dir, exc, "write") from None
         return job_file
+
+    def _stack_taker(self, sessions: Mapping[str, AgentSession]) -> StackTaker | None:
+        if not self.options.take_stacks or self.plan is None or self.log_dir is None:
+            return None
+        from dtrain.processes import stacks
+
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        budget_s = SupervisorOptions.stacks_budget_s
+        return stacks.Background(sessions, self.plan.job_id, self.log_dir, budget_s, stamp)
 
     def _record(self, job_file: joblog.JobFile, result: JobResult) -> None:
         """The final state into job.json; a disk that refuses even that costs a warning only."""

@@ -8,6 +8,10 @@ The supervisor reads one queue of events from every host's agent and decides:
   hangs after a traceback, cannot start, or loses its host; everything else is stopped;
 * interruption (SIGINT/SIGTERM to dtrain) and the job deadline stop everything too.
 
+A job stopped because it hung (the deadline, a task hung after its traceback, the first Ctrl-C
+after a long silence) first has every task's stack taken (`StackTaker`), for at most
+`stacks_budget_s`; a second Ctrl-C never waits for it.
+
 "Stopped" is always SIGTERM to each task's process group, SIGKILL after the grace, and a
 bound after which dtrain gives up on an unresponsive host (whose agent then cleans up alone).
 """
@@ -50,12 +54,26 @@ class Console(Protocol):
     def note(self, message: str) -> None: ...
 
 
+class StackTaker(Protocol):
+    """Takes every task's stack in the background (into the log directory) when a job hung."""
+
+    def start(self) -> None: ...
+
+    def is_done(self) -> bool: ...
+
+    def summary(self) -> list[str]:
+        """What came back so far, in a few lines (the grouped stacks, where the files are)."""
+        ...
+
+
 @dataclass(frozen=True)
 class SupervisorOptions:
     grace_s: float = 5.0
     timeout_s: float | None = None
     lease_s: float = 15.0
     linger_s: float = 5.0
+    stacks_budget_s: float = 3.0  # the longest a hung job's stop waits for its stacks
+    hang_silence_s: float = 60.0  # a first Ctrl-C after this long without output: a hang
 
 
 @dataclass
@@ -80,6 +98,7 @@ class Supervisor:
         console: Console,
         options: SupervisorOptions,
         clock: Callable[[], float] = time.monotonic,
+        stacks: StackTaker | None = None,
     ) -> None:
         self.plan = plan
         self.events = events
@@ -106,6 +125,10 @@ class Supervisor:
         self.lost_hosts: set[str] = set()
         self.started_wall = time.time()
         self.started = clock()
+        self.stacks = stacks
+        self.stacks_started_at: float | None = None
+        self.stacks_reported = False
+        self.last_output_at = self.started
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -145,6 +168,7 @@ class Supervisor:
         if run is None or run.exit is not None:
             return
         if is_output:
+            self.last_output_at = self.clock()
             is_stderr = event.kind == proto.STDERR
             failure = run.log.write(event.payload)
             if failure is not None:
@@ -212,7 +236,10 @@ class Supervisor:
         if exit.failed and self.stop_sent_at is None and self.state in (None, JobState.SUCCEEDED):
             self.state = JobState.FAILED
             self.root_cause = exit
-            self.stop_all()
+            if exit.reason == proto.REASON_TRACEBACK_HANG:
+                self.stop_hung()
+            else:
+                self.stop_all()
             return
         if self.state is None and self.finish_roles_done():
             self.state = JobState.SUCCEEDED
@@ -247,17 +274,44 @@ class Supervisor:
     def on_interrupt(self, signum: int) -> None:
         self.interrupts += 1
         if self.interrupts == 1:
+            silent_s = self.clock() - self.last_output_at
+            is_hang = silent_s >= self.options.hang_silence_s and self.stop_sent_at is None
+            first = "taking every task's stack, then " if is_hang and self.stacks else ""
             self.console.note(
-                f"{signal_name(signum)}: stopping every task (SIGTERM, SIGKILL after "
+                f"{signal_name(signum)}: {first}stopping every task (SIGTERM, SIGKILL after "
                 f"{self.options.grace_s:g}s); press Ctrl-C again to kill now"
             )
             if self.state is None or self.state is JobState.SUCCEEDED:
                 self.state = JobState.INTERRUPTED
                 self.interrupt_signal = signum
-            self.stop_all()
+            if is_hang:
+                self.stop_hung()
+            else:
+                self.stop_all()
         else:
             self.console.note("killing every task now")
             self.kill_all()
+
+    def stop_hung(self) -> None:
+        """Stop a job that hung, once every task's stack is taken or the budget is spent."""
+        is_stopping = self.stop_sent_at is not None
+        if self.stacks is None or self.stacks_started_at is not None or is_stopping:
+            self.stop_all()
+            return
+        self.stacks_started_at = self.clock()
+        self.stacks.start()
+
+    def check_stacks(self, now: float) -> None:
+        """Report the stacks and stop the job when they are in or the budget is spent."""
+        if self.stacks is None or self.stacks_started_at is None or self.stacks_reported:
+            return
+        spent = now - self.stacks_started_at >= self.options.stacks_budget_s
+        if not (self.stacks.is_done() or spent or self.kill_sent_at is not None):
+            return
+        self.stacks_reported = True
+        for line in self.stacks.summary():
+            self.console.note(line)
+        self.stop_all()
 
     def stop_all(self) -> None:
         if self.stop_sent_at is not None:
@@ -295,7 +349,8 @@ class Supervisor:
                 f"the job reached its --timeout of {options.timeout_s:g}s with "
                 f"{len(running)} task(s) still running ({', '.join(running[:8])}); stopping them"
             )
-            self.stop_all()
+            self.stop_hung()
+        self.check_stacks(now)
         for session in self.live_sessions():
             silent_s = now - session.last_heard
             if silent_s > options.lease_s:

@@ -8,6 +8,7 @@ different line at every sample). The smallest groups come first: the odd ones ou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -205,14 +206,23 @@ def headline(stack: TaskStack) -> str:
     return f"in {text}" + (f" <- ... {more} more" if more > 0 else "")
 
 
+def natural_key(label: str) -> tuple[tuple[int, int | str], ...]:
+    """worker.2 before worker.10."""
+    parts = re.split(r"(\d+)", label)
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts)
+
+
 def group(stacks: Iterable[TaskStack]) -> tuple[StackGroup, ...]:
     """The taken stacks grouped by signature, smallest group first (ties: by first label)."""
     groups: dict[Signature, list[TaskStack]] = {}
     for stack in stacks:
         if stack.is_taken:
             groups.setdefault(stack.signature, []).append(stack)
-    made = [StackGroup(tuple(sorted(found, key=lambda s: s.label))) for found in groups.values()]
-    return tuple(sorted(made, key=lambda g: (len(g.members), g.sample.label)))
+    made = [
+        StackGroup(tuple(sorted(found, key=lambda s: natural_key(s.label))))
+        for found in groups.values()
+    ]
+    return tuple(sorted(made, key=lambda g: (len(g.members), natural_key(g.sample.label))))
 
 
 @dataclass(frozen=True, slots=True)

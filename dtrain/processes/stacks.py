@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -126,3 +127,59 @@ def with_files(report: StacksReport, root: Path, stamp: str) -> StacksReport:
             notes.append(f"cannot write stacks under {directory}: {exc.strerror or exc}")
     files = written[0] if len(written) == 1 else (", ".join(written) or None)
     return replace(report, files_dir=files, notes=tuple(notes))
+
+
+class Background:
+    """The stacks of a running job's tasks, taken in a thread over the launch's own agents and
+    written under its log directory: a hung job's stop waits for them only so long."""
+
+    def __init__(
+        self,
+        sessions: Mapping[str, AgentSession],
+        job: str,
+        job_dir: Path,
+        budget_s: float,
+        stamp: str,
+    ) -> None:
+        self.sessions = dict(sessions)
+        self.job = job
+        self.job_dir = job_dir
+        self.budget_s = budget_s
+        self.stamp = stamp
+        self.report: StacksReport | None = None
+        self._done = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._take, name="dtrain-stacks", daemon=True).start()
+
+    def _take(self) -> None:
+        try:
+            per_process_s = max(0.1, self.budget_s - 1.0)
+            done = take_sessions(
+                self.sessions, self.job, per_process_s=per_process_s, timeout_s=self.budget_s
+            )
+            hosts = tuple(done[key] for key in self.sessions if key in done)
+            report = StacksReport(hosts, job=self.job)
+            try:
+                where = write_files(report, self.job_dir, self.stamp)
+                report = replace(report, files_dir=str(where))
+            except OSError as exc:
+                note = f"cannot write stacks under {self.job_dir}: {exc.strerror or exc}"
+                report = replace(report, notes=(note,))
+            self.report = report
+        finally:
+            self._done.set()
+
+    def is_done(self) -> bool:
+        return self._done.is_set()
+
+    def summary(self) -> list[str]:
+        report = self.report
+        if report is None:
+            return [f"stacks: no answer within {self.budget_s:g}s; stopping the job anyway"]
+        lines = [f"stacks: {line}" for line in stackgroups.summary_lines(report)]
+        lines += [f"stacks: {p.host}: {p.message}" for p in report.problems]
+        lines += [f"stacks: {note}" for note in report.notes]
+        if report.files_dir:
+            lines.append(f"stacks: every task's full stack is in {report.files_dir}/")
+        return lines

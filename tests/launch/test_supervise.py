@@ -31,6 +31,7 @@ from dtrain.launch.supervise import (
     GIVE_UP_AFTER_KILL_S,
     KILL_AFTER_GRACE_S,
     STDERR_TAIL_BYTES,
+    StackTaker,
     Supervisor,
     SupervisorOptions,
 )
@@ -162,6 +163,7 @@ class Job:
         log_dir: Path,
         clock: FakeClock,
         timeout_s: float | None = None,
+        stacks: StackTaker | None = None,
     ) -> None:
         self.plan = plan
         self.clock = clock
@@ -178,6 +180,7 @@ class Job:
                 grace_s=GRACE_S, timeout_s=timeout_s, lease_s=LEASE_S, linger_s=LINGER_S
             ),
             clock=clock,
+            stacks=stacks,
         )
         self.task_ids = {spec.name: task_id for task_id, spec in enumerate(plan.tasks)}
 
@@ -671,3 +674,108 @@ def test_run_reads_the_queue_until_every_task_exited(tmp_path: Path) -> None:
     assert job.calls() == {"launcher": [], "h1": [], "h2": []}
     assert (tmp_path / "worker.0.log").read_bytes() == b"step 1\n"
     assert job.console.output == [("worker.0@h1", False, b"step 1\n")]
+
+
+# ---- stacks of a hung job -------------------------------------------------------------------
+
+BUDGET_S = SupervisorOptions.stacks_budget_s
+SILENCE_S = SupervisorOptions.hang_silence_s
+
+
+class FakeStacks:
+    """Stands in for the thread that takes every task's stack: the test says when it is done."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.started_at: list[float] = []
+        self.done = False
+
+    def start(self) -> None:
+        self.started_at.append(self.clock.now)
+
+    def is_done(self) -> bool:
+        return self.done
+
+    def summary(self) -> list[str]:
+        return ["stacks: 1 task (worker.1@h2): in wait"] if self.done else ["stacks: none yet"]
+
+
+def stacks_job(tmp_path: Path, timeout_s: float | None = None) -> tuple[Job, FakeStacks]:
+    clock = FakeClock()
+    stacks = FakeStacks(clock)
+    job = Job(plan_for(), tmp_path, clock, timeout_s=timeout_s, stacks=stacks)
+    job.start_all()
+    return job, stacks
+
+
+def test_a_timed_out_job_is_stopped_as_soon_as_its_stacks_are_in(tmp_path: Path) -> None:
+    job, stacks = stacks_job(tmp_path, timeout_s=60.0)
+    job.advance_to(60.0)
+    assert stacks.started_at == [60.0]
+    assert job.calls() == {"launcher": [], "h1": [], "h2": []}  # the stop waits for the stacks
+    job.advance_to(61.0)
+    stacks.done = True
+    job.advance_to(61.2)
+    assert job.calls()["h2"] == [(STOP, 61.2)]
+    assert job.console.notes[-1] == "stacks: 1 task (worker.1@h2): in wait"
+    job.deliver(*(job.stopped(t) for t in ("scheduler", "server.0", "worker.0", "worker.1")))
+    assert job.result().state is JobState.TIMED_OUT
+
+
+def test_stacks_that_do_not_come_hold_the_stop_back_only_for_the_budget(tmp_path: Path) -> None:
+    job, stacks = stacks_job(tmp_path, timeout_s=60.0)
+    job.advance_to(60.0)
+    job.advance_to(60.0 + BUDGET_S - 0.1)
+    assert job.calls()["h1"] == []
+    job.advance_to(60.0 + BUDGET_S)
+    assert job.calls()["h1"] == [(STOP, 60.0 + BUDGET_S)]
+    assert job.console.notes[-1] == "stacks: none yet"
+    assert stacks.started_at == [60.0]
+
+
+def test_a_second_ctrl_c_kills_at_once_while_stacks_are_being_taken(tmp_path: Path) -> None:
+    job, stacks = stacks_job(tmp_path)
+    job.advance_to(SILENCE_S + 5.0)  # no output for longer than the silence: a hang
+    job.deliver(Interrupt(signal.SIGINT))
+    assert stacks.started_at == [SILENCE_S + 5.0]
+    assert job.calls()["h2"] == []
+    assert job.console.notes[0].startswith("SIGINT: taking every task's stack, then stopping")
+    job.advance_to(SILENCE_S + 5.5)
+    job.deliver(Interrupt(signal.SIGINT))
+    assert job.calls()["h2"] == [(KILL, SILENCE_S + 5.5)]
+    job.advance_to(SILENCE_S + 30.0)
+    assert job.calls()["h2"] == [(KILL, SILENCE_S + 5.5)]  # no stop after the kill
+    assert stacks.started_at == [SILENCE_S + 5.0]
+
+
+def test_a_ctrl_c_on_a_job_that_just_printed_stops_it_without_stacks(tmp_path: Path) -> None:
+    job, stacks = stacks_job(tmp_path)
+    job.advance_to(SILENCE_S + 5.0)
+    job.deliver(job.output("worker.0", b"step 10\n"))
+    job.advance_to(SILENCE_S + 6.0)
+    job.deliver(Interrupt(signal.SIGINT))
+    assert stacks.started_at == []
+    assert job.calls()["h2"] == [(STOP, SILENCE_S + 6.0)]
+
+
+def test_a_task_hung_after_its_traceback_has_the_others_stacks_taken(tmp_path: Path) -> None:
+    job, stacks = stacks_job(tmp_path)
+    job.advance_to(30.0)
+    job.deliver(job.exited("worker.0", code=None, signum=15, reason=proto.REASON_TRACEBACK_HANG))
+    assert stacks.started_at == [30.0]
+    assert job.calls()["h2"] == []
+    stacks.done = True
+    job.advance_to(30.5)
+    assert job.calls()["h2"] == [(STOP, 30.5)]
+    job.deliver(*(job.stopped(t) for t in ("scheduler", "server.0", "worker.1")))
+    result = job.result()
+    assert result.state is JobState.FAILED
+    assert result.root_cause is not None and result.root_cause.task == "worker.0"
+
+
+def test_an_ordinary_failure_stops_the_job_at_once_without_stacks(tmp_path: Path) -> None:
+    job, stacks = stacks_job(tmp_path)
+    job.advance_to(30.0)
+    job.deliver(job.exited("worker.0", code=1))
+    assert stacks.started_at == []
+    assert job.calls()["h2"] == [(STOP, 30.0)]
