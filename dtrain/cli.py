@@ -957,9 +957,7 @@ def stacks_command(
         return
     click.echo(render.stacks_text(report), nl=False)
     if report.exit_code:
-        raise DtrainError(
-            "could not take every stack", problems=report.problems, exit_code=report.exit_code
-        )
+        raise DtrainError(report.headline, problems=report.problems, exit_code=report.exit_code)
 
 
 # ---- doctor ---------------------------------------------------------------------------------

@@ -279,6 +279,20 @@ class StacksReport:
         return tuple(found)
 
     @property
+    def headline(self) -> str:
+        hosts = {p.host for p in self.problems}
+        total = len(self.hosts)
+        answered = total - len(hosts)
+        others = ""
+        if answered:
+            others = (
+                "; the other host is above"
+                if answered == 1
+                else f"; the other {answered} are above"
+            )
+        return f"no stacks from {len(hosts)} of {_count(total, 'host', 'hosts')}{others}"
+
+    @property
     def exit_code(self) -> int:
         if not self.problems:
             return int(ExitCode.OK)

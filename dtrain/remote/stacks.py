@@ -191,7 +191,7 @@ def _entry(described):
     if entry["tool"] is None:
         entry["error"] = "%s is not installed (looked beside %s and on PATH)" % (
             TOOL,
-            " and ".join(dirs) or "the interpreter",
+            ", ".join(dirs) or "the interpreter",
         )
     return entry
 
