@@ -268,9 +268,8 @@ class Launch:
             return None
         from dtrain.processes import stacks
 
-        stamp = time.strftime("%Y%m%d-%H%M%S")
         budget_s = SupervisorOptions.stacks_budget_s
-        return stacks.Background(sessions, self.plan.job_id, self.log_dir, budget_s, stamp)
+        return stacks.Background(sessions, self.plan.job_id, self.log_dir, budget_s)
 
     def _record(self, job_file: joblog.JobFile, result: JobResult) -> None:
         """The final state into job.json; a disk that refuses even that costs a warning only."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -139,13 +140,11 @@ class Background:
         job: str,
         job_dir: Path,
         budget_s: float,
-        stamp: str,
     ) -> None:
         self.sessions = dict(sessions)
         self.job = job
         self.job_dir = job_dir
         self.budget_s = budget_s
-        self.stamp = stamp
         self.report: StacksReport | None = None
         self._done = threading.Event()
 
@@ -161,7 +160,7 @@ class Background:
             hosts = tuple(done[key] for key in self.sessions if key in done)
             report = StacksReport(hosts, job=self.job)
             try:
-                where = write_files(report, self.job_dir, self.stamp)
+                where = write_files(report, self.job_dir, time.strftime("%Y%m%d-%H%M%S"))
                 report = replace(report, files_dir=str(where))
             except OSError as exc:
                 note = f"cannot write stacks under {self.job_dir}: {exc.strerror or exc}"

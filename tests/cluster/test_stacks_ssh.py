@@ -15,6 +15,7 @@ from tests.conftest import PYTHON, ROOT, latest_job, program, run_dtrain
 
 WHERE_STUCK = program("where_stuck.py")
 SKIP_ALLREDUCE = program("torch_skip_allreduce.py")
+SKIP_KVSTORE = program("mxnet_skip_kvstore.py")
 PY_SPY = ROOT / ".venv" / "bin" / "py-spy"
 
 
@@ -135,3 +136,39 @@ def test_a_torch_job_that_times_out_leaves_every_ranks_stack_in_its_logs(
     assert "stacks: 1 task (worker.2@h2): in skip_the_collective" in result.stderr
     assert "stacks: 3 tasks (worker.0@h1, worker.1@h1, worker.3@h2)" in result.stderr
     assert_nothing_left(cluster, logs.name)
+
+
+def test_mxnet_workers_wait_in_the_kvstore_for_one_that_never_came(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    proc = start(
+        cluster,
+        ["launch", "-n", "3", "-s", "1", "--", PYTHON, SKIP_KVSTORE, "worker.1"],
+        tmp_path,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "dtrain-logs" / "latest").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    logs = latest_job(tmp_path)
+    job = logs.name
+    try:
+        wait_for_lines(logs, ["worker.0", "worker.1", "worker.2"], "entering")
+        args = ["stacks", *ssh_args(cluster), "--job", job, "--json"]
+        plain = json.loads(run_dtrain(args, tmp_path).stdout)
+        native = json.loads(run_dtrain([*args, "--native"], tmp_path).stdout)
+        assert plain["exit_code"] == 0 and native["exit_code"] == 0, native["errors"]
+        for document, is_native in ((plain, False), (native, True)):
+            by_task = {t["task"]: t for t in document["data"]["tasks"]}
+            assert {"server.0", "worker.0", "worker.1", "worker.2"} <= set(by_task)
+            for name in ("worker.0", "worker.2"):
+                (thread,) = [t for t in by_task[name]["threads"] if t["id"] == by_task[name]["pid"]]
+                names = [f["name"] for f in thread["frames"]]
+                assert "create" in names, names
+                assert any(n.startswith("ps::") for n in names) is is_native, names
+            skipper = by_task["worker.1"]["threads"][0]["frames"]
+            assert "never_create_kvstore" in [f["name"] for f in skipper]
+        groups = {tuple(g["tasks"]): g["headline"] for g in plain["data"]["groups"]}
+        (odd,) = [tasks for tasks in groups if any(t.startswith("worker.1@") for t in tasks)]
+        assert len(odd) == 1 and groups[odd].startswith("in never_create_kvstore"), groups
+    finally:
+        stop(proc, cluster, job)
