@@ -798,7 +798,11 @@ def ps_command(
     connect_timeout: float | None,
     as_json: bool,
 ) -> None:
-    """List job processes on every host at once, grouped by job: pid, task, age, CPU, RSS.
+    """List job processes on every host at once, grouped by job: pid, task, state, age, CPU.
+
+    For each: its state (running, sleeping, disk-wait), CPU time and CPU % over half a
+    second, memory, and, for a job launched from this machine, how long ago its task last
+    printed (OUTPUT): a stuck rank stands out before `dtrain stacks` shows where it is.
 
     A job process is one of yours whose environment carries DTRAIN_JOB_ID (any dtrain job)
     or DMLC_ROLE (a parameter-server process, however it was started), or a descendant of
@@ -820,10 +824,18 @@ def ps_command(
 
     root = joblog.check_root(log_dir)
     where = where_to_run(launcher, hostfile, os.environ)
-    scans = list(
-        sweep.scan(where.hosts, ssh, job, remote_python=remote_python, slurm=where.slurm).values()
+    found = sweep.scan(
+        where.hosts,
+        ssh,
+        job,
+        remote_python=remote_python,
+        slurm=where.slurm,
+        cpu_window_s=sweep.PS_CPU_WINDOW_S,
     )
     dead = joblog.dead_launcher_jobs(root, local_hostname(), job)
+    jobs = {p.job_id for scan in found.values() for p in scan.processes if p.job_id}
+    ages = {j: joblog.output_ages(root, j, time.time()) for j in jobs}
+    scans = [results.with_output_ages(scan, ages) for scan in found.values()]
     outcome = results.scan_outcome(scans)
     text, data = render.ps_text(scans, dead), render.ps_data(scans, job, dead)
     finish_sweep("ps", as_json, outcome, text, data)

@@ -299,7 +299,8 @@ FATE_TEXT = {
 }
 
 
-PS_HEADER = ("PID", "TASK", "AGE", "CPU", "RSS", "COMMAND")
+PS_HEADER = ("PID", "TASK", "STATE", "AGE", "CPU", "CPU%", "RSS", "OUTPUT", "COMMAND")
+LISTED_HEADER = ("PID", "TASK", "AGE", "CPU", "RSS", "COMMAND")  # kill --dry-run
 KILL_HEADER = ("PID", "TASK", "RESULT", "COMMAND")
 
 
@@ -368,7 +369,7 @@ def kill_text(kills: Sequence[HostKill]) -> str:
             lines.append(f"{name}: nothing to stop")
         elif kill.dry_run:
             lines.append(f"{name}: would stop {_count(len(found), 'process')}")
-            lines += _job_tables(kill.scan, PS_HEADER, _ps_row)
+            lines += _job_tables(kill.scan, LISTED_HEADER, _listed_row)
         else:
             lines.append(f"{name}: {_kill_summary(kill)}")
             lines += _job_tables(kill.scan, KILL_HEADER, _kill_row(kill), _survivor_reason(kill))
@@ -438,6 +439,25 @@ def _survivor_reason(kill: HostKill) -> Callable[[JobProcess], str | None]:
 
 
 def _ps_row(proc: JobProcess) -> tuple[str, ...]:
+    cpu_percent = "-" if proc.cpu_percent is None else f"{proc.cpu_percent:.0f}"
+    output = proc.last_output_age_s
+    return (
+        str(proc.pid),
+        _task(proc),
+        STATE_TEXT.get(proc.state, proc.state),
+        duration_text(proc.age_s),
+        cpu_text(proc.cpu_s),
+        cpu_percent,
+        size_text(proc.rss_bytes),
+        "-" if output is None else f"{duration_text(output)} ago",
+        _command(proc),
+    )
+
+
+STATE_TEXT = {"R": "running", "S": "sleeping", "D": "disk-wait", "T": "stopped", "t": "traced"}
+
+
+def _listed_row(proc: JobProcess) -> tuple[str, ...]:
     return (
         str(proc.pid),
         _task(proc),

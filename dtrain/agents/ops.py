@@ -103,9 +103,20 @@ def start(sessions: Sessions, timeout_s: float) -> Replies:
     return request_each(sessions, proto.OP_START, timeout_s)
 
 
-def scan(sessions: Sessions, timeout_s: float, *, job: str | None, include_dmlc: bool) -> Replies:
-    """The job processes on each host (`job` None: every job's)."""
-    return request_each(sessions, proto.OP_SCAN, timeout_s, job=job, include_dmlc=include_dmlc)
+def scan(
+    sessions: Sessions,
+    timeout_s: float,
+    *,
+    job: str | None,
+    include_dmlc: bool,
+    cpu_window_s: float = 0.0,
+) -> Replies:
+    """The job processes on each host (`job` None: every job's); with `cpu_window_s`, each
+    one's CPU % over that many seconds."""
+    window = {proto.SCAN_CPU_WINDOW_S: cpu_window_s} if cpu_window_s else {}
+    return request_each(
+        sessions, proto.OP_SCAN, timeout_s, None, job=job, include_dmlc=include_dmlc, **window
+    )
 
 
 def kill(

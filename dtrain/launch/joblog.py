@@ -365,3 +365,21 @@ def dead_launcher_jobs(root: Path, host: str, job: str | None = None) -> list[De
         if dead is not None:
             found.append(dead)
     return found
+
+
+def output_ages(root: Path, job: str, now: float) -> dict[str, float]:
+    """Seconds since each task of a running job under `root` last wrote output, by task name
+    (its log's modification time); empty when the job is not running from this machine."""
+    document = _read_document(root / job / JOB_FILE)
+    if document is None or document.get("state") != RUNNING:
+        return {}
+    ages = {}
+    for task in (document.get("plan") or {}).get("tasks") or ():
+        name, log = task.get("name"), task.get("log")
+        if not isinstance(name, str) or not isinstance(log, str):
+            continue
+        try:
+            ages[name] = max(0.0, now - (root / job / log).stat().st_mtime)
+        except OSError:
+            continue
+    return ages

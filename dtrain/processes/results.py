@@ -7,12 +7,12 @@ sweep adds up to (exit code, problems). `cleanup` fills these in; `render` print
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from dtrain.errors import ExitCode, Problem
-from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR, TASK_VAR
+from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR, SCAN_CPU_PERCENT, TASK_VAR
 
 
 class Fate(str, Enum):
@@ -45,6 +45,8 @@ class JobProcess:
     role: str | None
     inherited_from: int | None = None
     orphaned: bool = False
+    cpu_percent: float | None = None  # over the last seconds, when ps measured it
+    last_output_age_s: float | None = None  # since its last output, when its launcher runs here
 
     @property
     def label(self) -> str:
@@ -77,6 +79,7 @@ class JobProcess:
             role=tags.get(ROLE_VAR),
             inherited_from=entry.get("inherited_from"),
             orphaned=bool(entry.get("orphaned", False)),
+            cpu_percent=entry.get(SCAN_CPU_PERCENT),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -95,6 +98,10 @@ class JobProcess:
             "rss_bytes": self.rss_bytes,
             "argv": list(self.argv),
             "inherited_from": self.inherited_from,
+            "cpu_percent": self.cpu_percent,
+            "last_output_age_s": (
+                None if self.last_output_age_s is None else round(self.last_output_age_s, 1)
+            ),
         }
 
 
@@ -148,6 +155,15 @@ class HostScan:
             "processes": [p.to_dict() for p in self.processes],
             "error": self.error.to_dict() if self.error else None,
         }
+
+
+def with_output_ages(scan: HostScan, ages: Mapping[str, Mapping[str, float]]) -> HostScan:
+    """The scan with each task's seconds since its last output (`ages`: by job, then task)."""
+    processes = tuple(
+        replace(p, last_output_age_s=ages.get(p.job_id or "", {}).get(p.task or ""))
+        for p in scan.processes
+    )
+    return replace(scan, processes=processes)
 
 
 @dataclass(frozen=True, slots=True)

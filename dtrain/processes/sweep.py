@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 R = TypeVar("R")
 
 SCAN_TIMEOUT_S = 30.0
+PS_CPU_WINDOW_S = 0.5  # ps's CPU %: long enough to tell spinning from idle, short to wait for
 KILL_MARGIN_S = 30.0  # beyond the grace: SIGKILL, verify, and late joiners take a few seconds
 
 
@@ -69,23 +70,30 @@ def scan(
     include_dmlc: bool = True,
     remote_python: str = "auto",
     slurm: SlurmOptions | None = None,
+    cpu_window_s: float = 0.0,
 ) -> dict[str, HostScan]:
     """The job processes on each host (no hosts: this machine), by `Host.key`, in host order.
 
     With `job`, only that dtrain job's processes; `include_dmlc=False` leaves out DMLC_ROLE
-    processes that dtrain did not start.
+    processes that dtrain did not start; `cpu_window_s` measures each one's CPU % that long.
     """
     hosts = tuple(hosts) or this_machine()
     with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
-        found = scan_sessions(sessions, job, include_dmlc=include_dmlc)
+        found = scan_sessions(sessions, job, include_dmlc=include_dmlc, cpu_window_s=cpu_window_s)
     return _in_order(hosts, found, problems, lambda s: s)
 
 
 def scan_sessions(
-    sessions: Mapping[str, AgentSession], job: str | None = None, *, include_dmlc: bool = True
+    sessions: Mapping[str, AgentSession],
+    job: str | None = None,
+    *,
+    include_dmlc: bool = True,
+    cpu_window_s: float = 0.0,
 ) -> dict[str, HostScan]:
     """`scan` over agents that are already running (doctor has them open anyway)."""
-    replies = ops.scan(sessions, SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc)
+    replies = ops.scan(
+        sessions, SCAN_TIMEOUT_S, job=job, include_dmlc=include_dmlc, cpu_window_s=cpu_window_s
+    )
     return {key: _host_scan(sessions[key], reply) for key, reply in replies.items()}
 
 

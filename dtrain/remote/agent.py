@@ -352,7 +352,9 @@ class Agent:
         self.reply({"ok": True})
 
     def op_scan(self, request):
-        self.reply(dict(procs.scan(request.get("job"), request.get("include_dmlc", True)), ok=True))
+        window_s = float(request.get(proto.SCAN_CPU_WINDOW_S) or 0.0)
+        found = procs.scan(request.get("job"), request.get("include_dmlc", True), window_s)
+        self.reply(dict(found, ok=True))
 
     def op_kill(self, request):
         reply = procs.kill(

@@ -399,10 +399,23 @@ def user_name():
         return str(os.getuid())
 
 
-def scan(job=None, include_dmlc=True):
-    """The job processes on this host, as a reply for `dtrain ps` and doctor's stale check."""
+def scan(job=None, include_dmlc=True, cpu_window_s=0.0):
+    """The job processes on this host, as a reply for `dtrain ps` and doctor's stale check.
+
+    With `cpu_window_s`, each process's CPU % over that window too: a process spinning or
+    stuck idle stands out, where the total CPU time since it started says little.
+    """
     table, selected = find(job, include_dmlc)
-    return _found(table, selected)
+    reply = _found(table, selected)
+    if cpu_window_s > 0 and selected:
+        time.sleep(min(float(cpu_window_s), 5.0))
+        for entry in reply[proto.SCAN_PROCESSES]:
+            stat = read_stat(entry["pid"])
+            if stat is not None and stat[5] == table[entry["pid"]].start_ticks:
+                used = stat[4] - table[entry["pid"]].cpu_s
+                entry[proto.SCAN_CPU_PERCENT] = round(100.0 * used / cpu_window_s, 1)
+                entry["state"] = stat[0]
+    return reply
 
 
 def _found(table, selected):

@@ -235,11 +235,23 @@ def test_ps_groups_by_job_with_task_age_cpu_and_rss(spawn: Spawner, tmp_path: Pa
     lines = result.stdout.splitlines()
     assert lines[0].endswith("(this machine): 2 job processes")
     assert lines[1] == f"  job {job}"
-    assert lines[2].split() == ["PID", "TASK", "AGE", "CPU", "RSS", "COMMAND"]
+    assert lines[2].split() == [
+        "PID",
+        "TASK",
+        "STATE",
+        "AGE",
+        "CPU",
+        "CPU%",
+        "RSS",
+        "OUTPUT",
+        "COMMAND",
+    ]
     rows = {line.split()[1]: line.split() for line in lines[3:]}
     assert set(rows) == {"server.0", "worker.3"}
-    assert rows["server.0"][5:] == SLEEPER[:2] + SLEEPER[2].split()
-    assert rows["server.0"][3] == "0:00" and rows["server.0"][4].endswith("M")
+    assert rows["server.0"][8:] == SLEEPER[:2] + SLEEPER[2].split()
+    assert rows["server.0"][2] == "sleeping" and rows["server.0"][5] == "0"  # CPU % just now
+    assert rows["server.0"][4] == "0:00" and rows["server.0"][6].endswith("M")
+    assert rows["server.0"][7] == "-"  # no launcher of this job here: no output age
     assert sorted(int(row[0]) for row in rows.values()) == sorted(pids)
 
 
@@ -477,3 +489,36 @@ def test_durations(seconds: float, age: str, cpu: str) -> None:
 )
 def test_sizes(size: int, text: str) -> None:
     assert size_text(size) == text
+
+
+STUCK = program("where_stuck.py")
+
+
+def test_ps_shows_a_spinning_task_running_and_how_long_each_task_has_been_silent(
+    tmp_path: Path,
+) -> None:
+    launch = start_dtrain(
+        ["launch", "--framework", "torch", "-n", "2", "--", PYTHON, STUCK, "worker.1"],
+        tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        logs = tmp_path / "dtrain-logs" / "latest"
+        while time.monotonic() < deadline and not all(
+            (logs / f"worker.{i}.log").exists()
+            and "ready" in (logs / f"worker.{i}.log").read_text()
+            for i in range(2)
+        ):
+            time.sleep(0.1)
+        job = logs.resolve().name
+        listed = run_dtrain(["ps", "--job", job, "--json"], tmp_path)
+        processes = host_entry(json.loads(listed.stdout))["processes"]
+        by_task = {p["task"]: p for p in processes}
+        assert by_task["worker.1"]["cpu_percent"] > by_task["worker.0"]["cpu_percent"]
+        assert by_task["worker.0"]["state"] == "S"
+        assert all(p["last_output_age_s"] is not None for p in processes)
+        text = run_dtrain(["ps", "--job", job], tmp_path).stdout
+        assert re.search(r"worker\.0\s+sleeping\s+\S+\s+\S+\s+0\s+\S+\s+\d+s ago", text), text
+    finally:
+        launch.send_signal(signal.SIGINT)
+        launch.communicate(timeout=30)
