@@ -19,7 +19,7 @@ from dtrain.plan.hosts import is_loopback
 from dtrain.plan.planner import workdir_on
 from dtrain.plan.spec import Framework
 from dtrain.processes.results import HostScan, JobProcess, duration_text
-from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR
+from dtrain.remote.proto import JOB_ID_VAR, PROBE_STACKS, ROLE_VAR
 
 CHECKS = (
     "ssh",
@@ -33,6 +33,7 @@ CHECKS = (
     "scheduler",
     "firewall",
     "stale",
+    "stacks",
 )
 QUICK_CHECKS = ("ssh", "scheduler", "stale")  # what `dtrain launch` runs before starting
 
@@ -214,6 +215,7 @@ def judge(survey: Survey, checks: Sequence[str] = CHECKS) -> tuple[CheckResult, 
         "scheduler": judge_scheduler,
         "firewall": judge_firewall,
         "stale": judge_stale,
+        "stacks": judge_stacks,
     }
     by_check = {check: judges[check](survey) for check in checks}
     results = []
@@ -883,3 +885,45 @@ def judge_stale(survey: Survey) -> Verdicts:
             + "; ".join(kill_lines(live, prefix)),
         )
     return _unchecked(survey, "stale", verdicts)
+
+
+def judge_stacks(survey: Survey) -> Verdicts:
+    """Whether `dtrain stacks` (and a hung job's automatic stacks) can work on each host."""
+    verdicts: Verdicts = {}
+    for host in _probed(survey):
+        facts: Mapping[str, Any] = host.probe.get(PROBE_STACKS) or {}
+        verdicts[host.name] = _stacks_verdict(host.name, facts, bool(survey.command))
+    return _unchecked(survey, "stacks", verdicts)
+
+
+def _stacks_verdict(name: str, facts: Mapping[str, Any], has_command: bool) -> CheckResult:
+    tool, looked_in = facts.get("tool"), list(facts.get("looked_in") or ())
+    scope, is_root = facts.get("ptrace_scope"), bool(facts.get("is_root"))
+    if tool is None:
+        if not has_command:
+            return CheckResult(
+                "stacks",
+                name,
+                Status.SKIP,
+                "py-spy is not on PATH; give the job's command to look beside its Python",
+            )
+        where = " and ".join(looked_in) or "its Python"
+        python = f"{looked_in[0]}/python -m pip" if looked_in else "pip"
+        return CheckResult(
+            "stacks",
+            name,
+            Status.WARN,
+            f"py-spy is not installed beside {where} or on PATH: `dtrain stacks` cannot show "
+            "where this host's tasks are when a job hangs",
+            f"install it into the job's environment: {python} install py-spy",
+        )
+    if isinstance(scope, int) and (scope >= 3 or (scope >= 1 and not is_root)):
+        return CheckResult(
+            "stacks",
+            name,
+            Status.WARN,
+            f"py-spy is {tool}, but kernel.yama.ptrace_scope is {scope}: it cannot read "
+            "the tasks of this user",
+            "sysctl kernel.yama.ptrace_scope=0 on this host (as root), or run py-spy as root",
+        )
+    return CheckResult("stacks", name, Status.PASS, f"py-spy is {tool}")

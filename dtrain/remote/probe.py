@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
-from . import procs, proto
+from . import procs, proto, stacks
 
 ENV_PREFIXES = ("DMLC_", "PS_")
 ENV_NAMES = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
@@ -332,15 +332,18 @@ def port_holders(port):
 def facts(request):
     """Everything doctor compares across hosts, for one `probe` request."""
     cwd = request.get("workdir") or os.getcwd()
-    result = {"time": time.time()}
+    result = {"time": time.time()}  # type: Dict[str, Any]
+    python = {}  # type: Dict[str, Any]
     if request.get("interpreter"):
-        result["interpreter"] = interpreter(request["interpreter"], cwd)
+        python = result["interpreter"] = interpreter(request["interpreter"], cwd)
     if request.get("workdir"):
         result["files"] = file_facts(request["workdir"], request.get("script"))
     if request.get("environment", True):
         result["env"] = env_facts()
         result["gpu"] = gpu_facts()
         result["hostname"] = hostname_facts()
+        executable = python.get("executable") if python.get("interpreter") else None
+        result[proto.PROBE_STACKS] = stacks.availability(executable)
     if request.get("port"):
         result[proto.PROBE_PORT_HOLDERS] = port_holders(int(request["port"]))
     if request.get("firewall_tools"):

@@ -81,7 +81,12 @@ def availability(python_path=None):
         real = os.path.dirname(os.path.realpath(python_path))
         if real not in dirs:
             dirs.append(real)
-    return {"tool": find_tool(dirs, None), "looked_in": dirs, "ptrace_scope": ptrace_scope()}
+    return {
+        "tool": find_tool(dirs, None),
+        "looked_in": dirs,
+        "ptrace_scope": ptrace_scope(),
+        "is_root": os.getuid() == 0,
+    }
 
 
 def ptrace_scope():

@@ -70,7 +70,7 @@ def test_missing_script_fails_with_the_path(workdir: Path) -> None:
     assert result.returncode == 3
     assert "nope.py: No such file or directory in" in result.stdout
     assert re.match(
-        r"doctor: this machine, 11 checks in [\d.]+s: 1 failed", result.stdout.splitlines()[-1]
+        r"doctor: this machine, 12 checks in [\d.]+s: 1 failed", result.stdout.splitlines()[-1]
     )
 
 

@@ -37,6 +37,12 @@ def probe(version: str = "3.11.7", executable: str = PY, **dists: str) -> dict[s
         "env": {},
         "gpu": {"present": False},
         "hostname": {"hostname": "x", "addresses": ["198.18.0.9"]},
+        "stacks": {
+            "tool": "/opt/py/bin/py-spy",
+            "looked_in": ["/opt/py/bin"],
+            "ptrace_scope": 1,
+            "is_root": True,
+        },
     }
 
 
@@ -245,4 +251,36 @@ def test_report_text_is_a_table_then_the_findings_worst_first() -> None:
     assert lines[3].split()[:3] == ["h2", "FAIL", "-"]
     assert "FAIL h2 ssh: h2: refused" in text
     assert "  hint: start sshd" in text
-    assert lines[-1] == "doctor: 2 hosts and this machine, 11 checks in 1.2s: 1 failed"
+    assert lines[-1] == "doctor: 2 hosts and this machine, 12 checks in 1.2s: 1 failed"
+
+
+def with_stacks(**facts: Any) -> dict[str, Any]:
+    found = probe()
+    found["stacks"] = {**found["stacks"], **facts}
+    return found
+
+
+def test_a_host_without_py_spy_warns_and_says_how_to_install_it_into_the_jobs_python() -> None:
+    results = judge(survey(host("h1"), host("h2", probe=with_stacks(tool=None))))
+    assert verdict(results, "stacks", "h1").status is Status.PASS
+    missing = verdict(results, "stacks", "h2")
+    assert missing.status is Status.WARN
+    assert missing.detail.startswith("py-spy is not installed beside /opt/py/bin or on PATH")
+    assert (
+        missing.hint
+        == "install it into the job's environment: /opt/py/bin/python -m pip install py-spy"
+    )
+
+
+def test_a_ptrace_scope_that_forbids_reading_the_users_tasks_warns() -> None:
+    results = judge(survey(host("h1", probe=with_stacks(is_root=False, ptrace_scope=1))))
+    found = verdict(results, "stacks", "h1")
+    assert found.status is Status.WARN
+    assert "kernel.yama.ptrace_scope is 1" in found.detail
+    results = judge(survey(host("h1", probe=with_stacks(is_root=False, ptrace_scope=0))))
+    assert verdict(results, "stacks", "h1").status is Status.PASS
+
+
+def test_without_a_command_a_missing_py_spy_is_not_a_warning() -> None:
+    hosts = survey(host("h1", probe=with_stacks(tool=None, looked_in=[])), command=())
+    assert verdict(judge(hosts), "stacks", "h1").status is Status.SKIP
