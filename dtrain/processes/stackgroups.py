@@ -320,6 +320,9 @@ class StacksReport:
 
 def install_hint(stack: TaskStack) -> str:
     """`pip install py-spy` into the environment of the task's interpreter, named when known."""
+    program = stack.argv[0] if stack.argv else ""
+    if program.startswith("/") and program.rsplit("/", 1)[-1].startswith("python"):
+        return f"install it into the job's environment: {program} -m pip install py-spy"
     if stack.looked_in:
         python = f"{stack.looked_in[0]}/python"
         return f"install it into the job's environment: {python} -m pip install py-spy"

@@ -129,8 +129,14 @@ def parse_dump(text):
 
 def explain(stderr, tool):
     """py-spy's own error as one line a person can act on."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    first = lines[0] if lines else "no output"
+    lines = []
+    for line in stderr.splitlines():
+        line = line.strip()
+        if line.startswith("Stack backtrace"):
+            break
+        if line and line != "Caused by:":
+            lines.append(line.split(": ", 1)[1] if line[:1].isdigit() and ": " in line else line)
+    first = ": ".join(lines[:3]) if lines else "no output"
     if first.startswith("Error: "):
         first = first[len("Error: ") :]
     lowered = first.lower()
@@ -143,10 +149,23 @@ def explain(stderr, tool):
 
 
 def dump(pid, tool, native, timeout_s):
-    """(threads, error) for one process: py-spy's answer, or why there is none."""
+    """(threads, error) for one process: py-spy's answer, or why there is none.
+
+    A stopped process (SIGSTOP, state T) cannot be paused again: py-spy reads it without
+    pausing, which is exact for a process that does not run.
+    """
+    threads, error, stderr = _run_py_spy(pid, tool, native, timeout_s, False)
+    if threads is None and "suspend" in stderr:
+        threads, error, stderr = _run_py_spy(pid, tool, native, timeout_s, True)
+    return threads, error
+
+
+def _run_py_spy(pid, tool, native, timeout_s, nonblocking):
     argv = [tool, "dump", "--json", "--pid", str(pid)]
     if native:
         argv.append("--native")
+    if nonblocking:
+        argv.append("--nonblocking")
     try:
         proc = subprocess.Popen(
             argv,
@@ -156,19 +175,20 @@ def dump(pid, tool, native, timeout_s):
             start_new_session=True,
         )
     except OSError as exc:
-        return None, "cannot run %s: %s" % (tool, exc.strerror or exc)
+        return None, "cannot run %s: %s" % (tool, exc.strerror or exc), ""
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return None, "%s took longer than %gs" % (tool, timeout_s)
+        return None, "%s took longer than %gs" % (tool, timeout_s), ""
+    stderr = err.decode("utf-8", "replace")
     if proc.returncode != 0:
-        return None, explain(err.decode("utf-8", "replace"), tool)
+        return None, explain(stderr, tool), stderr
     try:
-        return parse_dump(out.decode("utf-8", "replace")), None
+        return parse_dump(out.decode("utf-8", "replace")), None, ""
     except (ValueError, AttributeError, TypeError):
-        return None, "%s printed something unexpected" % tool
+        return None, "%s printed something unexpected" % tool, ""
 
 
 def _entry(described):
