@@ -20,7 +20,7 @@ from . import procs, proto
 
 TOOL = "py-spy"
 MAX_PARALLEL = 16  # py-spy processes at once: each is short, but a host may run 64 tasks
-INSTALL_HINT = "pip install py-spy into the job's environment"
+MAX_FRAMES = 200  # per thread: deep recursion keeps its innermost and outermost frames
 
 
 def is_python(pid):
@@ -98,8 +98,17 @@ def ptrace_scope():
 
 
 def _frames(raw):
+    raw = list(raw or ())
+    if len(raw) > MAX_FRAMES:
+        cut = len(raw) - MAX_FRAMES
+        keep = MAX_FRAMES * 3 // 4
+        marker = {"name": "... %d frames left out ..." % cut, "short_filename": ""}
+        kept = raw[:keep]
+        kept.append(marker)
+        kept.extend(raw[keep + cut :])
+        raw = kept
     frames = []
-    for frame in raw or ():
+    for frame in raw:
         frames.append(
             {
                 "name": frame.get("name") or "?",

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.cluster.netcluster import Cluster
+from tests.cluster.test_doctor import doctor
 from tests.cluster.test_launch_ssh import assert_nothing_left, run, ssh_args, start
 from tests.conftest import PYTHON, ROOT, latest_job, program, run_dtrain
 
@@ -95,6 +96,11 @@ def test_stacks_group_the_blocked_tasks_and_list_the_busy_one_first(
             hidden.stderr
         )
         assert "Traceback" not in hidden.stderr
+
+        _, checked, _ = doctor(cluster, ["--", PYTHON, WHERE_STUCK], tmp_path, hosts)
+        assert checked[("stacks", "h1")]["status"] == "pass"
+        assert checked[("stacks", "h2")]["status"] == "warn"
+        assert checked[("stacks", "h2")]["detail"].startswith("py-spy is not installed beside")
     finally:
         stop(proc, cluster, job)
 
