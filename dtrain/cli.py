@@ -905,6 +905,7 @@ def kill_command(
 
 @cli.command("stacks", context_settings=CONTEXT)
 @hosts_option
+@launcher_option
 @job_option
 @click.option("--native", is_flag=True, help="Also the C/C++ frames (ps-lite, gloo, NCCL).")
 @click.option(
@@ -922,6 +923,7 @@ def kill_command(
 @reports_errors_as_json("stacks")
 def stacks_command(
     hostfile: Path | None,
+    launcher: str,
     job: str | None,
     native: bool,
     per_process_s: float,
@@ -935,11 +937,12 @@ def stacks_command(
     """Show where every task of a job is right now: its Python stack, on every host at once.
 
     Takes the stack of every thread of every job process (as `dtrain ps` finds them) with
-    py-spy, on all hosts in parallel, and groups identical stacks: the odd ones out come
-    first. Each task's full stack is written under the job's directory in --log-dir when it
-    is on this machine. py-spy must be installed in the job's environment (or on PATH) on
-    each host; it pauses each process for milliseconds and changes nothing else. Exits 0
-    when every host answered with every Python process's stack.
+    py-spy, on all hosts in parallel (without -H: this machine, or inside a Slurm allocation
+    its nodes), and groups identical stacks: the odd ones out come first. Each task's full
+    stack is written under the job's directory in --log-dir when it is on this machine.
+    py-spy must be installed in the job's environment (or on PATH) on each host; it pauses
+    each process for milliseconds and changes nothing else. Exits 0 when every host
+    answered with every Python process's stack.
 
     \b
     Examples:
@@ -950,13 +953,15 @@ def stacks_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     root = joblog.check_root(log_dir)
+    where = where_to_run(launcher, hostfile, os.environ)
     report = stacks.take(
-        read_hosts(hostfile),
+        where.hosts,
         ssh,
         job,
         native=native,
         per_process_s=per_process_s,
         remote_python=remote_python,
+        slurm=where.slurm,
     )
     report = stacks.with_files(report, root, datetime.now().strftime("%Y%m%d-%H%M%S"))
     if as_json:

@@ -26,7 +26,7 @@ from dtrain.processes import stackgroups
 from dtrain.processes.stackgroups import HostStacks, StacksReport, TaskStack
 from dtrain.processes.sweep import open_agents, this_machine
 from dtrain.remote import proto
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import SlurmOptions, SshOptions
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +43,12 @@ def take(
     native: bool = False,
     per_process_s: float = PER_PROCESS_S,
     remote_python: str = "auto",
+    slurm: SlurmOptions | None = None,
 ) -> StacksReport:
-    """Every job process's stack on every host in parallel (no hosts: this machine)."""
+    """Every job process's stack on every host in parallel (no hosts: this machine; `slurm`:
+    the allocation's nodes, through one Slurm step)."""
     hosts = tuple(hosts) or this_machine()
-    with open_agents(hosts, ssh_options, remote_python) as (sessions, problems):
+    with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
         done = take_sessions(sessions, job, native=native, per_process_s=per_process_s)
     ordered = []
     for host in hosts:
