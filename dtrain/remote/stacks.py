@@ -251,6 +251,9 @@ def _run_all(entries, native, timeout_s):
     deadline = time.monotonic() + timeout_s * (len(todo) // MAX_PARALLEL + 1) + 1.0
     for worker in workers:
         worker.join(max(0.0, deadline - time.monotonic()))
+    for entry in entries:
+        if entry["tool"] is not None and entry["threads"] is None and entry["error"] is None:
+            entry["error"] = "%s gave no answer in time" % TOOL
 
 
 def take(request):
