@@ -285,7 +285,7 @@ def allocation_env(slurm: SlurmCluster, job_id: str) -> dict[str, str]:
     return {**slurm.client_env(), "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "h[1-3]"}
 
 
-def test_ps_kill_and_doctor_inside_the_allocation_work_on_its_nodes_through_slurm(
+def test_ps_stacks_kill_and_doctor_inside_the_allocation_work_on_its_nodes_through_slurm(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
     popen = spawn_in_salloc(
@@ -332,6 +332,16 @@ def test_ps_kill_and_doctor_inside_the_allocation_work_on_its_nodes_through_slur
         assert ssh["h1"].startswith("not used: reached through Slurm job"), ssh
         hosts = {h["name"] for h in report["data"]["hosts"]}
         assert {"h1", "h2", "h3"} <= hosts, report
+        stacks = subprocess.run(
+            dtrain_argv("stacks", "--job", job),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert stacks.returncode == 0, stacks.stderr
+        assert stacks.stdout.startswith("5 tasks (scheduler@h1, "), stacks.stdout
         kill = subprocess.run(
             dtrain_argv("kill", "--job", job),
             cwd=tmp_path,
