@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, ROOT, dtrain_argv, program, wait_for_line, wait_gone
+from tests.conftest import PYTHON, ROOT, dtrain_argv, program, wait_gone
 
 from .slurmcluster import SlurmCluster
 from .test_slurmcluster import pids_marked, wait_for
@@ -176,10 +176,14 @@ def running_tasks(cwd: Path, count: int) -> list[int]:
     logs = cwd / "dtrain-logs"
     wait_for(lambda: (logs / "latest").exists(), 60, "the job's log directory")
     job_id = (logs / "latest").resolve().name
-    for log in sorted((logs / "latest").glob("*.log"))[:count]:
-        wait_for_line(log, "ready", 60)
+
+    def ready() -> int:
+        texts = (log.read_text(errors="replace") for log in (logs / "latest").glob("*.log"))
+        return sum("ready" in text for text in texts)
+
+    wait_for(lambda: ready() >= count, 60, f"{count} tasks' ready line")
     pids = pids_marked(f"DTRAIN_JOB_ID={job_id}")
-    assert pids, "no process carries the job's tag"
+    assert len(pids) >= count, f"{len(pids)} processes carry the job's tag, {count} expected"
     return pids
 
 
@@ -191,7 +195,7 @@ ENDINGS = {"sigkill": -9, "sigint": 130, "sigterm": 143, "timeout": 124}
 def test_dtrain_killed_interrupted_or_timed_out_leaves_nothing_on_any_node(
     slurm: SlurmCluster, tmp_path: Path, how: str
 ) -> None:
-    timeout = ["--timeout", "3"] if how == "timeout" else []
+    timeout = ["--timeout", "8"] if how == "timeout" else []  # time to find the tasks first
     popen = start_allocating(
         slurm, [*timeout, "-n", "2", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
     )

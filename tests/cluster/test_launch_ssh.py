@@ -154,7 +154,7 @@ def test_env_never_appears_in_any_process_argv(cluster: Cluster, tmp_path: Path)
         env=dict(os.environ, SECRET_TOKEN=SECRET),
     )
     try:
-        job = wait_running(tmp_path, 3)
+        job = wait_running(tmp_path, 4)  # the scheduler and three workers
         table = procs.snapshot()
         for pid in table:
             cmdline = " ".join(procs.read_cmdline(pid))
@@ -289,7 +289,7 @@ def test_partitioned_host_is_lost_and_its_tasks_stop_themselves(
         ],
         tmp_path,
     )
-    job = wait_running(tmp_path, 3)
+    job = wait_running(tmp_path, 4)  # the scheduler and three workers
     cluster.partition("h3")
     cut = time.monotonic()
     _, stderr = proc.communicate(timeout=30)
@@ -306,7 +306,7 @@ def test_host_whose_sshd_dies_mid_run_is_named(cluster: Cluster, tmp_path: Path)
         ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"],
         tmp_path,
     )
-    job = wait_running(tmp_path, 3)
+    job = wait_running(tmp_path, 4)  # the scheduler and three workers
     cluster.stop_host("h2")
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 255, stderr
