@@ -197,6 +197,7 @@ def resolve_target(
     """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do; `proxy_jump` wins
     over the config's (a hop of a `ProxyJump a,b` chain is reached through the hops before it)."""
     found = config.lookup(host.name)
+    _refuse_unread(host, found, options)
     port = host.port or int(_config_number(host, found, "Port", options, 22))
     user = host.user or found.get("user") or getpass.getuser()
     identities = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
@@ -225,7 +226,37 @@ def resolve_target(
         strict_host_keys=found.get("stricthostkeychecking", "ask").lower(),
         connect_timeout_s=timeout,
         proxy_jump=None if jump in (None, "none") else jump,
+        proxy_command=None
+        if found.get("proxycommand", "none") == "none"
+        else found["proxycommand"],
+        certificate_files=tuple(
+            os.path.expanduser(p) for p in found.get("certificatefile", "").split()
+        ),
+        host_key_alias=found.get("hostkeyalias"),
     )
+
+
+# Settings dtrain's own reader (used without an OpenSSH client) cannot follow.
+UNREAD = ("include",)
+
+
+def _refuse_unread(host: Host, found: paramiko.SSHConfigDict, options: SshOptions) -> None:
+    """Without OpenSSH, a setting this reader cannot honour is an error, never ignored."""
+    settings = {k: (v if isinstance(v, str) else " ".join(v),) for k, v in found.items()}
+    refused = [
+        (k, settings[k][0], "dtrain reads ssh config without OpenSSH here")
+        for k in UNREAD
+        if k in settings and settings[k][0] not in ("no", "false")
+    ]
+    refused += sshconfig.refused_settings(settings)
+    if refused:
+        keyword, value, why = refused[0]
+        raise UsageError(
+            f"ssh config {_config_name(options)} sets {keyword} {value} for host {host.name}: "
+            f"{why}",
+            hint="install the OpenSSH client (dtrain then resolves hosts with `ssh -G`), or "
+            f"write {host.name}'s settings out without {keyword}",
+        )
 
 
 def openssh_target(

@@ -266,3 +266,24 @@ def test_each_hop_of_a_proxyjump_chain_is_reached_through_the_hops_before_it(
     assert transport.try_connect_all([Host(name="node1")]) == {}
     assert connected == [("node1", "a,b"), ("b", "a"), ("a", None)]
     transport.close()
+
+
+def test_without_openssh_an_include_is_refused_not_ignored(tmp_path: Path) -> None:
+    transport = transport_for(tmp_path, "Include ~/.ssh/config.d/*\nHost n1\n  User u\n")
+    with pytest.raises(UsageError, match=r"sets include ~/.ssh/config.d/\* for host n1"):
+        transport.target(Host(name="n1"))
+
+
+def test_without_openssh_a_proxycommand_is_honoured_with_tokens(tmp_path: Path) -> None:
+    text = "Host n1\n  HostName 198.18.0.11\n  ProxyCommand ssh -W %h:%p gate\n"
+    target = transport_for(tmp_path, text).target(Host(name="n1"))
+    assert target.proxy_command == "ssh -W 198.18.0.11:22 gate"
+
+
+def test_with_openssh_tokens_and_include_resolve_as_ssh_does(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.conf").write_text("Host n1\n  HostName 198.18.0.11\n  User bob\n")
+    text = f"Include {tmp_path}/d/*\nHost n*\n  ProxyCommand ssh -W %h:%p -l %r gate\n"
+    target = transport_for(tmp_path, text, use_openssh=True).target(Host(name="n1"))
+    assert (target.hostname, target.user) == ("198.18.0.11", "bob")
+    assert target.proxy_command == "ssh -W 198.18.0.11:22 -l bob gate"
