@@ -75,7 +75,8 @@ def setup_prefix(setup: tuple[str, ...]) -> str:
     that fails ends it, saying which command on which host."""
     parts = []
     for command in setup:
-        said = shlex.quote(f"setup command `{command}` failed")
+        shown = "; ".join(line.strip() for line in command.splitlines() if line.strip())
+        said = shlex.quote(f"setup command `{shown}` failed")
         parts.append(
             f'{{ {command}\n}} >&2 || {{ s=$?; echo {said}" on $(uname -n) (exit $s)" >&2; '
             f"exit {SETUP_FAILED_EXIT}; }}\n"

@@ -58,6 +58,10 @@ class ProxySocket:
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
     @property
+    def _closed(self) -> bool:  # paramiko's Transport.stop_thread reads it, as on a socket
+        return self.closed
+
+    @property
     def pid(self) -> int:
         return self.process.pid
 

@@ -260,3 +260,16 @@ def test_setup_costs_only_its_commands_launch_time(cluster: Cluster, tmp_path: P
             times[kind].append(time.monotonic() - started)
             assert result.returncode == 0, result.stderr
     print({k: sorted(v) for k, v in times.items()})
+
+
+def test_doctor_runs_the_same_setup_first(cluster: Cluster, tmp_path: Path) -> None:
+    base = ["doctor", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    setup_file = tmp_path / "setup.sh"
+    setup_file.write_text('export DTRAIN_SETUP_PROBE=1\ntest "$(uname -n)" != h3\n')
+    failed = run_dtrain([*base, "--setup-file", str(setup_file), "--", "true"], tmp_path)
+    assert failed.returncode != 0
+    assert (
+        "h3" in failed.stdout + failed.stderr and "setup command" in failed.stdout + failed.stderr
+    )
+    passed = run_dtrain([*base, "--setup", "export DTRAIN_SETUP_PROBE=1", "--", "true"], tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
