@@ -121,9 +121,8 @@ def refused_settings(settings: Settings) -> list[tuple[str, str, str]]:
             )
         )
     agent = one(settings, "identityagent", "SSH_AUTH_SOCK")
-    if agent not in ("none", "SSH_AUTH_SOCK") and os.path.expanduser(agent) != os.environ.get(
-        "SSH_AUTH_SOCK"
-    ):
+    named = os.path.expanduser(os.path.expandvars(agent))  # `$SSH_AUTH_SOCK`, `~/...`
+    if agent not in ("none", "SSH_AUTH_SOCK") and named != os.environ.get("SSH_AUTH_SOCK"):
         refused.append(
             ("IdentityAgent", agent, "dtrain reaches only the agent SSH_AUTH_SOCK names")
         )
