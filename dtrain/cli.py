@@ -126,9 +126,9 @@ def setup_options(func: F) -> F:
                 "--setup",
                 multiple=True,
                 metavar="SHELL",
-                help="Run this in each remote host's login shell before its tasks' environment "
-                "is taken (e.g. 'source /shared/venv/bin/activate'); repeatable, in order. "
-                "The job's own variables still win.",
+                help="Run this in each host's login shell ($SHELL here) before its tasks' "
+                "environment is taken (e.g. 'source /shared/venv/bin/activate'); repeatable, "
+                "in order. The job's own variables still win.",
             ),
             click.option(
                 "--setup-file",
