@@ -51,6 +51,8 @@ class LocalLink:
         return os.read(self._stdout_fd, size)
 
     def stderr_text(self) -> str:
+        if self.proc.poll() is not None:  # it ended (a failed --setup): all of what it said
+            self._stderr_thread.join(timeout=1.0)
         return self._stderr.decode("utf-8", "replace")
 
     def close_input(self) -> None:

@@ -933,6 +933,10 @@ class SshLink:
             self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
 
     def stderr_text(self) -> str:
+        if self.channel.eof_received:  # it ended (a failed --setup): wait for its last words
+            deadline = time.monotonic() + 0.5
+            while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
         self._collect_stderr()
         return self._stderr.decode("utf-8", "replace")
 
