@@ -119,6 +119,41 @@ def ssh_options(func: F) -> F:
     return func
 
 
+def setup_options(func: F) -> F:
+    for decorator in reversed(
+        [
+            click.option(
+                "--setup",
+                multiple=True,
+                metavar="SHELL",
+                help="Run this in each host's login shell ($SHELL here) before its tasks' "
+                "environment is taken (e.g. 'source /shared/venv/bin/activate'); repeatable, "
+                "in order. The job's own variables still win.",
+            ),
+            click.option(
+                "--setup-file",
+                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                help="Like --setup, with the commands of this file (after any --setup).",
+            ),
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+def read_setup(setup: Sequence[str], setup_file: Path | None) -> tuple[str, ...]:
+    """--setup commands, then --setup-file's text as one more (its lines run as a script)."""
+    commands = [c for c in setup if c.strip()]
+    if setup_file is not None:
+        try:
+            text = setup_file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --setup-file {setup_file}: {exc}") from None
+        if text.strip():
+            commands.append(text.rstrip("\n"))
+    return tuple(commands)
+
+
 LAUNCHERS = ("auto", "local", "ssh", "slurm")
 
 
@@ -325,12 +360,16 @@ def read_hosts(path: Path | None) -> tuple[Host, ...]:
 
 
 def make_ssh_options(
-    ssh_config: Path | None, accept_new_host_keys: bool, connect_timeout: float | None
+    ssh_config: Path | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float | None,
+    setup: tuple[str, ...] = (),
 ) -> SshOptions:
     return SshOptions(
         config_file=str(ssh_config) if ssh_config else None,
         accept_new_host_keys=accept_new_host_keys,
         connect_timeout_s=connect_timeout,
+        setup=setup,
     )
 
 
@@ -548,6 +587,7 @@ ROLE_ENV_FLAGS = {
 )
 @remote_python_option
 @ssh_options
+@setup_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option(
     "--no-preflight",
@@ -629,6 +669,8 @@ class LaunchFlags:
     gpus: str | None
     sync_dst_dir: str | None
     sync_exclude: Sequence[str]
+    setup: Sequence[str]
+    setup_file: Path | None
     remote_python: str
     ssh_config: Path | None
     accept_new_host_keys: bool
@@ -690,7 +732,12 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         timeout_s=flags.timeout,
         lease_s=flags.heartbeat_timeout,
         traceback_timeout_s=flags.traceback_timeout,
-        ssh=make_ssh_options(flags.ssh_config, flags.accept_new_host_keys, flags.connect_timeout),
+        ssh=make_ssh_options(
+            flags.ssh_config,
+            flags.accept_new_host_keys,
+            flags.connect_timeout,
+            read_setup(flags.setup, flags.setup_file),
+        ),
         remote_python=flags.remote_python,
         sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
         preflight=not flags.no_preflight,
@@ -1000,6 +1047,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")
 @remote_python_option
 @ssh_options
+@setup_options
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @reports_errors_as_json("doctor")
@@ -1015,6 +1063,8 @@ def doctor(
     ssh_config: Path | None,
     accept_new_host_keys: bool,
     connect_timeout: float | None,
+    setup: tuple[str, ...],
+    setup_file: Path | None,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -1045,7 +1095,9 @@ def doctor(
         shell_env=dict(os.environ),
         kill_command=kill_command_for(hostfile, ssh_config),
     )
-    ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
+    ssh = make_ssh_options(
+        ssh_config, accept_new_host_keys, connect_timeout, read_setup(setup, setup_file)
+    )
     report = gather.run_doctor(request, ssh, remote_python, slurm=where.slurm)
     if as_json:
         problems = [r.to_problem() for r in report.failures]

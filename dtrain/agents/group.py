@@ -220,7 +220,7 @@ class AgentGroup:
         """Start the agent on one (connected) host; its problem if that fails."""
         try:
             link: Link = (
-                LocalLink()
+                LocalLink(setup=self.ssh_options.setup)
                 if host.is_local
                 else self.ssh.open_link(host, python=self.remote_python)
             )

@@ -8,15 +8,19 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from dtrain.transport.bootstrap import agent_payload, boot_code
+from dtrain.transport.bootstrap import agent_payload, boot_code, setup_prefix
 
 
 class LocalLink:
     """A local agent process in its own session, so the terminal's Ctrl-C reaches only dtrain."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, setup: tuple[str, ...] = ()) -> None:
+        argv = [sys.executable, "-c", boot_code()]
+        if setup:  # `--setup` here too, in the user's shell, so every host's tasks see it
+            shell = os.environ.get("SHELL") or "/bin/sh"
+            argv = [shell, "-c", setup_prefix(setup) + 'exec "$0" -c "$1"', *argv[::2]]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", boot_code()],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -47,6 +51,8 @@ class LocalLink:
         return os.read(self._stdout_fd, size)
 
     def stderr_text(self) -> str:
+        if self.proc.poll() is not None:  # it ended (a failed --setup): all of what it said
+            self._stderr_thread.join(timeout=1.0)
         return self._stderr.decode("utf-8", "replace")
 
     def close_input(self) -> None:

@@ -10,12 +10,17 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class SshOptions:
-    """How to reach remote hosts (ssh config file, host keys, connect timeout)."""
+    """How to reach remote hosts (ssh config file, host keys, connect timeout), and what
+    each host's login shell runs first (`--setup`)."""
 
     config_file: str | None = None
     accept_new_host_keys: bool = False
     connect_timeout_s: float | None = None
     user_config_dir: str = field(default_factory=lambda: os.path.expanduser("~/.ssh"))
+    # resolve hosts with `ssh -G` where OpenSSH is installed (False: dtrain reads the files)
+    use_openssh: bool = True
+    # shell commands run in each host's login shell before the agent takes its environment
+    setup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

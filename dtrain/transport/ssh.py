@@ -9,6 +9,7 @@ paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import errno
 import functools
 import getpass
@@ -27,13 +28,16 @@ import paramiko
 
 from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
+from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
 from dtrain.transport.options import SshOptions
+from dtrain.transport.proxy import ProxySocket
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 MAX_PARALLEL_CONNECTS = 32
+MAX_JUMP_DEPTH = 8
 # a server that offers no protocol version or algorithm we share; the stubs lag paramiko
 IncompatiblePeer: type[paramiko.SSHException] = paramiko.IncompatiblePeer  # type: ignore[attr-defined]
 FIRST_BYTES = 256  # enough of what a port sends first to quote it when it is not ssh
@@ -52,6 +56,11 @@ class SshTarget:
     strict_host_keys: str = "yes"
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     proxy_jump: str | None = None
+    proxy_command: str | None = None  # tokens already expanded
+    certificate_files: tuple[str, ...] = ()
+    host_key_alias: str | None = None
+    use_agent: bool = True
+    server_alive_s: float = 0.0
 
     @property
     def display(self) -> str:
@@ -188,6 +197,7 @@ def resolve_target(
     """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do; `proxy_jump` wins
     over the config's (a hop of a `ProxyJump a,b` chain is reached through the hops before it)."""
     found = config.lookup(host.name)
+    _refuse_unread(host, found, options)
     port = host.port or int(_config_number(host, found, "Port", options, 22))
     user = host.user or found.get("user") or getpass.getuser()
     identities = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
@@ -216,6 +226,97 @@ def resolve_target(
         strict_host_keys=found.get("stricthostkeychecking", "ask").lower(),
         connect_timeout_s=timeout,
         proxy_jump=None if jump in (None, "none") else jump,
+        proxy_command=None
+        if found.get("proxycommand", "none") == "none"
+        else found["proxycommand"],
+        certificate_files=tuple(
+            os.path.expanduser(p) for p in found.get("certificatefile", "").split()
+        ),
+        host_key_alias=found.get("hostkeyalias"),
+    )
+
+
+# Settings dtrain's own reader (used without an OpenSSH client) cannot follow.
+UNREAD = ("include",)
+
+
+def _refuse_unread(host: Host, found: paramiko.SSHConfigDict, options: SshOptions) -> None:
+    """Without OpenSSH, a setting this reader cannot honour is an error, never ignored."""
+    settings = {k: (v if isinstance(v, str) else " ".join(v),) for k, v in found.items()}
+    refused = [
+        (k, settings[k][0], "dtrain reads ssh config without OpenSSH here")
+        for k in UNREAD
+        if k in settings and settings[k][0] not in ("no", "false")
+    ]
+    refused += sshconfig.refused_settings(settings)
+    if refused:
+        keyword, value, why = refused[0]
+        raise UsageError(
+            f"ssh config {_config_name(options)} sets {keyword} {value} for host {host.name}: "
+            f"{why}",
+            hint="install the OpenSSH client (dtrain then resolves hosts with `ssh -G`), or "
+            f"write {host.name}'s settings out without {keyword}",
+        )
+
+
+def openssh_target(
+    host: Host, settings: sshconfig.Settings, options: SshOptions, local: sshconfig.Local
+) -> SshTarget:
+    """A target from `ssh -G`'s settings for `host` (asked with the hosts file's user and
+    port, so they already win); tokens in files and ProxyCommand expanded as OpenSSH does."""
+
+    def get(key: str, default: str) -> str:
+        return sshconfig.one(settings, key, default)
+
+    def paths(key: str) -> tuple[str, ...]:
+        return tuple(
+            sshconfig.expand_tokens(value, settings, host.name, local)
+            for line in settings.get(key, ())
+            for value in line.split()
+        )
+
+    known = (*paths("userknownhostsfile"), *paths("globalknownhostsfile"))
+    timeout = options.connect_timeout_s
+    if timeout is None:
+        raw = get("connecttimeout", "none")
+        timeout = float(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_CONNECT_TIMEOUT_S
+    proxy = get("proxycommand", "none")
+    jump = get("proxyjump", "none")
+    alive = get("serveraliveinterval", "0")
+    return SshTarget(
+        hostname=get("hostname", host.name),
+        port=int(get("port", "22")),
+        user=get("user", getpass.getuser()),
+        identity_files=paths("identityfile"),
+        identities_only=get("identitiesonly", "no") in ("yes", "true"),
+        known_hosts_files=known or (os.path.join(options.user_config_dir, "known_hosts"),),
+        strict_host_keys=get("stricthostkeychecking", "ask").lower(),
+        connect_timeout_s=timeout,
+        proxy_jump=None if jump == "none" else jump,
+        proxy_command=None
+        if proxy == "none"
+        else sshconfig.expand_tokens(proxy, settings, host.name, local),
+        certificate_files=paths("certificatefile"),
+        host_key_alias=get("hostkeyalias", "none") if "hostkeyalias" in settings else None,
+        use_agent=get("identityagent", "SSH_AUTH_SOCK") != "none",
+        server_alive_s=float(alive) if alive.isdigit() else 0.0,
+    )
+
+
+def refuse_unhonoured(
+    host: Host, settings: sshconfig.Settings, options: SshOptions, ssh: str
+) -> None:
+    """An error naming the setting, its file:line and the host when the config asks for a
+    way of connecting dtrain cannot follow: never silently connect some other way."""
+    refused = sshconfig.refused_settings(settings)
+    if not refused:
+        return
+    keyword, value, why = refused[0]
+    where = sshconfig.where_set(ssh, host.name, options.config_file, keyword)
+    raise UsageError(
+        f"ssh config {where} sets {keyword} {value} for host {host.name}: {why}",
+        hint=f"give {host.name} a way in by key (IdentityFile, CertificateFile, ssh-agent) in "
+        f"a Host block dtrain reads first, or use --ssh-config FILE without {keyword}",
     )
 
 
@@ -330,12 +431,37 @@ class _Transport(paramiko.Transport):
     )
 
 
+def _hop_host(user: str, name: str, port: str) -> Host:
+    return Host(name=name, user=user or None, port=int(port) if port else None)
+
+
+def _certified_key(identities: Sequence[str], certificates: Sequence[str]) -> paramiko.PKey | None:
+    """The first identity that one of the CertificateFiles certifies, with its certificate
+    loaded (paramiko itself only finds `KEY-cert.pub` next to the key)."""
+    for cert in certificates:
+        if not os.path.exists(cert):
+            continue
+        for path in identities:
+            try:
+                key = paramiko.PKey.from_path(path)
+                key.load_certificate(cert)
+            except (ValueError, paramiko.SSHException, OSError):
+                continue
+            return key
+    return None
+
+
 class SshTransport:
     """One authenticated connection per host, opened in parallel, reused for every channel."""
 
     def __init__(self, options: SshOptions) -> None:
         self.options = options
-        self.config = load_ssh_config(options)
+        # OpenSSH's own resolution where its client exists; else dtrain's reading of the files
+        self.openssh = sshconfig.have_openssh() if options.use_openssh else None
+        self.config = load_ssh_config(options) if self.openssh is None else paramiko.SSHConfig()
+        self._settings: dict[tuple[str, str | None, int | None], sshconfig.Settings] = {}
+        self._local = sshconfig.Local.here()
+        self.resolve_s = 0.0  # time spent in `ssh -G`, for --debug and benchmarks
         self.clients: dict[str, paramiko.SSHClient] = {}  # by Host.key: name and port
         self.connect_times_s: dict[str, float] = {}
         # One connection per ProxyJump spec, shared by every host behind it: a Future while
@@ -346,11 +472,64 @@ class SshTransport:
         self._jump_depth = threading.local()
         self._lock = threading.Lock()
 
-    def target(self, host: Host) -> SshTarget:
-        return resolve_target(host, self.config, self.options)
+    def target(self, host: Host, proxy_jump: str | None = None) -> SshTarget:
+        if self.openssh is None:
+            return resolve_target(host, self.config, self.options, proxy_jump=proxy_jump)
+        self.prefetch([host])
+        settings = self._settings[(host.name, host.user, host.port)]
+        refuse_unhonoured(host, settings, self.options, self.openssh)
+        target = openssh_target(host, settings, self.options, self._local)
+        if proxy_jump:  # a hop of `ProxyJump a,b`: through the hops before it
+            return dataclasses.replace(target, proxy_jump=proxy_jump, proxy_command=None)
+        if proxy_jump == "":  # asked for the hop's own settings only
+            return target
+        if target.proxy_jump and not target.proxy_command:
+            self._check_jump_loop(host, target)
+        return target
+
+    def _check_jump_loop(self, host: Host, target: SshTarget) -> None:
+        """The ProxyJump chain as OpenSSH resolves each hop; a host and port met twice is a
+        loop: an error naming the whole chain, before any connection (as `jump_chain`)."""
+        chain, seen = [host.name], [(host.name, target.port)]
+        via, jump = host.name, target.proxy_jump
+        while jump:
+            hops = _jump_hops(jump, via, self.options)
+            for user, name, port in reversed(hops):
+                hop = self.target(_hop_host(user, name, port), proxy_jump="")
+                if (name, hop.port) in seen:
+                    path = " -> ".join([*chain, name])
+                    raise UsageError(
+                        f"ssh config {_config_name(self.options)}: ProxyJump loops: {path} "
+                        "(each reached through the next)",
+                        hint=f"give {name} a way in that does not pass through itself: "
+                        f"ProxyJump none in a Host {name} block above the others",
+                    )
+                chain.append(name)
+                seen.append((name, hop.port))
+            user, via, port = hops[0]
+            via_host = _hop_host(user, via, port)
+            first = self.target(via_host, proxy_jump="")
+            settings = self._settings[(via_host.name, via_host.user, via_host.port)]
+            jump = None if first.proxy_command else sshconfig.one(settings, "proxyjump", "none")
+            jump = None if jump == "none" else jump
+
+    def prefetch(self, hosts: Sequence[Host]) -> None:
+        """`ssh -G` for every host not yet resolved, in parallel: once per host per run."""
+        if self.openssh is None:
+            return
+        keys = list(dict.fromkeys((h.name, h.user, h.port) for h in hosts))
+        missing = [key for key in keys if key not in self._settings]
+        if not missing:
+            return
+        started = time.monotonic()
+        found = sshconfig.resolve_all(self.openssh, missing, self.options.config_file)
+        with self._lock:
+            self._settings.update(zip(missing, found, strict=True))
+            self.resolve_s += time.monotonic() - started
 
     def distinct_targets(self, hosts: Sequence[Host]) -> list[SshTarget]:
         """Each host's target; a `HostsFileError` if two lines reach one (hostname, port, user)."""
+        self.prefetch(hosts)
         targets = [self.target(host) for host in hosts]
         check_same_targets(hosts, [(t.hostname, t.port, t.user) for t in targets])
         return targets
@@ -399,7 +578,9 @@ class SshTransport:
             return None
         return last
 
-    def _open_socket(self, target: SshTarget) -> socket.socket | paramiko.Channel:
+    def _open_socket(self, target: SshTarget) -> socket.socket | paramiko.Channel | ProxySocket:
+        if target.proxy_command:  # OpenSSH: ProxyCommand wins over ProxyJump
+            return ProxySocket(target.proxy_command)
         if target.proxy_jump:
             jump = self._jump_client(target.proxy_jump)
             transport = jump.get_transport()
@@ -451,10 +632,14 @@ class SshTransport:
         *before, last = spec.split(",")
         user, name, port = split_jump_hop(last)
         jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
-        target = resolve_target(
-            jump_host, self.config, self.options, proxy_jump=",".join(before) or None
-        )
         depth = getattr(self._jump_depth, "value", 0)
+        if depth >= MAX_JUMP_DEPTH:
+            raise UsageError(
+                f"ssh config {_config_name(self.options)}: ProxyJump goes through more than "
+                f"{MAX_JUMP_DEPTH} hops to reach {name} (a loop?)",
+                hint=f"`ssh -G {name}` shows its ProxyJump; end the chain with ProxyJump none",
+            )
+        target = self.target(jump_host, proxy_jump=",".join(before) or None)
         self._jump_depth.value = depth + 1
         try:
             return self._connect(target)
@@ -478,31 +663,41 @@ class SshTransport:
             if isinstance(sock, socket.socket):
                 first = _await_first_bytes(sock, target.connect_timeout_s)
             self._handshake(client, sock, target, first)
-        except BaseException:
+        except BaseException as exc:
             client.close()
             sock.close()
+            if isinstance(sock, ProxySocket) and sock.stderr_text():
+                raise HandshakeFailed(
+                    f"ProxyCommand `{sock.command}` said: {sock.stderr_text()}", is_ssh=True
+                ) from exc
             raise
+        transport = client.get_transport()
+        if target.server_alive_s and transport is not None:
+            transport.set_keepalive(int(target.server_alive_s))
         return client
 
     def _handshake(
         self,
         client: paramiko.SSHClient,
-        sock: socket.socket | paramiko.Channel,
+        sock: socket.socket | paramiko.Channel | ProxySocket,
         target: SshTarget,
         first: bytes | None,
     ) -> None:
+        identities = [p for p in target.identity_files if os.path.exists(p)]
+        # HostKeyAlias: OpenSSH looks the host key up under the alias, without a port
         try:
             client.connect(
-                hostname=target.hostname,
-                port=target.port,
+                hostname=target.host_key_alias or target.hostname,
+                port=22 if target.host_key_alias else target.port,
+                pkey=_certified_key(identities, target.certificate_files),
                 username=target.user,
-                sock=sock,
+                sock=sock,  # type: ignore[arg-type]  # a ProxySocket is socket-like
                 timeout=target.connect_timeout_s,
                 banner_timeout=target.connect_timeout_s,
                 auth_timeout=target.connect_timeout_s,
-                key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
+                key_filename=identities or None,  # type: ignore[arg-type]
                 look_for_keys=not target.identity_files,
-                allow_agent=not target.identities_only,
+                allow_agent=target.use_agent and not target.identities_only,
                 passphrase=None,
                 transport_factory=_Transport,  # type: ignore[arg-type]  # stubs lag paramiko
             )
@@ -514,7 +709,7 @@ class SshTransport:
 
     def open_link(self, host: Host, python: str) -> SshLink:
         client = self.clients[host.key]
-        return SshLink(client, remote_command(python))
+        return SshLink(client, remote_command(python, self.options.setup))
 
     def drop(self, host: Host) -> None:
         """Abandon a host (lost or partitioned): closing unblocks any reader."""
@@ -738,6 +933,10 @@ class SshLink:
             self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
 
     def stderr_text(self) -> str:
+        if self.channel.eof_received:  # it ended (a failed --setup): wait for its last words
+            deadline = time.monotonic() + 0.5
+            while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
         self._collect_stderr()
         return self._stderr.decode("utf-8", "replace")
 

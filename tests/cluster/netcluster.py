@@ -484,6 +484,17 @@ class Cluster:
         verdict = verdicts[action]
         dport = str(low) if low == high else f"{low}-{high}"
         state.firewall_rules.append(f"tcp dport {dport} {verdict}")
+        self._apply_firewall(state)
+
+    def refuse_from(self, host: HostRef, source: str, port: int = SSH_PORT) -> None:
+        """Drop TCP to `port` on the host from `source` only: e.g. from the launcher's bridge
+        address, so the host is reachable only through another (a jump host)."""
+        state = self._state(host)
+        address = ipaddress.ip_address(source)
+        state.firewall_rules.append(f"ip saddr {address} tcp dport {port} drop")
+        self._apply_firewall(state)
+
+    def _apply_firewall(self, state: _HostState) -> None:
         rules = "\n".join(state.firewall_rules)
         self._nft(
             state,

@@ -1,0 +1,217 @@
+"""Each host's ssh settings as OpenSSH itself resolves them: `ssh -G`.
+
+Include, Match (exec too), wildcards, negation, tokens and CanonicalizeHostname are then
+exactly what `ssh host` would use; dtrain only reads the result. Hosts are resolved in
+parallel, once per run. The parse of `ssh -G`'s output and the judgement of what dtrain can
+honour are pure; running ssh is at the edge. The user's config is only read, never written.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from dtrain.errors import UsageError
+
+SSH_G_TIMEOUT_S = 20.0
+MAX_PARALLEL = 16
+
+Settings = Mapping[str, tuple[str, ...]]
+# keywords `ssh -G` may print more than once: every value counts
+MULTI = frozenset({"identityfile", "certificatefile", "localforward", "remoteforward", "sendenv"})
+
+
+def parse_ssh_g(text: str) -> dict[str, tuple[str, ...]]:
+    """`ssh -G` output as keyword -> values (lower-case keyword; a repeated keyword keeps
+    every value in order, others their one value)."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        keyword, _, value = line.strip().partition(" ")
+        if not keyword:
+            continue
+        found.setdefault(keyword.lower(), []).append(value.strip())
+    return {k: tuple(v) for k, v in found.items()}
+
+
+@dataclass(frozen=True)
+class Local:
+    """Facts about this side that OpenSSH's tokens refer to (%u %d %l %L %i)."""
+
+    user: str
+    home: str
+    hostname: str
+    uid: int
+
+    @classmethod
+    def here(cls) -> Local:
+        return cls(getpass.getuser(), os.path.expanduser("~"), socket.gethostname(), os.getuid())
+
+
+def expand_tokens(text: str, settings: Settings, original: str, local: Local) -> str:
+    """OpenSSH's %-tokens and a leading ~ in IdentityFile, CertificateFile, ProxyCommand."""
+    host = one(settings, "hostname", original)
+    port = one(settings, "port", "22")
+    user = one(settings, "user", local.user)
+    short = local.hostname.split(".")[0]
+    conn = hashlib.sha1(f"{local.hostname}{host}{port}{user}".encode()).hexdigest()
+    tokens = {
+        "h": host,
+        "p": port,
+        "r": user,
+        "n": original,
+        "u": local.user,
+        "d": local.home,
+        "l": local.hostname,
+        "L": short,
+        "i": str(local.uid),
+        "C": conn,
+        "k": one(settings, "hostkeyalias", original),
+        "%": "%",
+    }
+
+    def token(match: re.Match[str]) -> str:
+        return tokens.get(match.group(1), match.group(0))
+
+    expanded = re.sub(r"%(.)", token, text)
+    if expanded.startswith("~/"):
+        expanded = local.home + expanded[1:]
+    return expanded
+
+
+def one(settings: Settings, key: str, default: str) -> str:
+    values = settings.get(key)
+    return values[0] if values else default
+
+
+# What dtrain cannot do, by setting: (is it set so that it matters, why, what to do).
+def refused_settings(settings: Settings) -> list[tuple[str, str, str]]:
+    """The settings that change where or how to connect and that dtrain cannot honour:
+    (keyword as OpenSSH spells it, value, why). Empty when dtrain connects as `ssh` would."""
+    refused = []
+    pubkey = one(settings, "pubkeyauthentication", "yes").lower() in ("yes", "true")
+    if one(settings, "pkcs11provider", "none").lower() != "none":
+        refused.append(
+            ("PKCS11Provider", one(settings, "pkcs11provider", ""), "dtrain cannot use PKCS#11")
+        )
+    if not pubkey:
+        methods = "GSSAPIAuthentication" if _yes(settings, "gssapiauthentication") else None
+        why = "dtrain logs in with keys or certificates only"
+        if methods:
+            refused.append(("GSSAPIAuthentication", "yes", why + " (no Kerberos/GSSAPI)"))
+        else:
+            refused.append(("PubkeyAuthentication", "no", why))
+    if _yes(settings, "proxyusefdpass"):
+        refused.append(("ProxyUseFdpass", "yes", "dtrain carries a ProxyCommand over its pipes"))
+    control = one(settings, "controlpath", "none")
+    if control.lower() != "none" and one(settings, "controlmaster", "false") in ("false", "no"):
+        refused.append(
+            (
+                "ControlPath",
+                control,
+                "with ControlMaster no the connection is meant to reuse a master dtrain cannot use",
+            )
+        )
+    agent = one(settings, "identityagent", "SSH_AUTH_SOCK")
+    named = os.path.expanduser(os.path.expandvars(agent))  # `$SSH_AUTH_SOCK`, `~/...`
+    if agent not in ("none", "SSH_AUTH_SOCK") and named != os.environ.get("SSH_AUTH_SOCK"):
+        refused.append(
+            ("IdentityAgent", agent, "dtrain reaches only the agent SSH_AUTH_SOCK names")
+        )
+    return refused
+
+
+def _yes(settings: Settings, key: str) -> bool:
+    return one(settings, key, "no").lower() in ("yes", "true")
+
+
+def have_openssh() -> str | None:
+    """The OpenSSH client's path, or None (then dtrain reads the config files itself)."""
+    return shutil.which("ssh")
+
+
+def ssh_g_argv(
+    ssh: str, name: str, config_file: str | None, user: str | None, port: int | None
+) -> list[str]:
+    argv = [ssh, "-G"]
+    if config_file is not None:
+        argv += ["-F", config_file]
+    if user:
+        argv += ["-l", user]
+    if port:
+        argv += ["-p", str(port)]
+    return [*argv, "--", name]
+
+
+def run_ssh_g(
+    ssh: str, name: str, config_file: str | None, user: str | None, port: int | None
+) -> dict[str, tuple[str, ...]]:
+    """One host's settings; an error naming the host and OpenSSH's own words when it refuses
+    the config (a bad line, a Match exec that hangs)."""
+    argv = ssh_g_argv(ssh, name, config_file, user, port)
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=SSH_G_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"`ssh -G {name}` took more than {SSH_G_TIMEOUT_S:g} s (a Match exec that hangs?)",
+            hint="fix the ssh config until `ssh -G HOST` answers at once",
+        ) from None
+    if done.returncode != 0:
+        words = " ".join(
+            line for line in done.stderr.splitlines() if not line.startswith("Pseudo-terminal")
+        )
+        words = words or f"exit {done.returncode}"
+        raise UsageError(
+            f"OpenSSH refuses the ssh config for host {name}: {words}",
+            hint=f"`{' '.join(argv)}` shows the same; fix the line it names",
+        )
+    return parse_ssh_g(done.stdout)
+
+
+def resolve_all(
+    ssh: str, hosts: Sequence[tuple[str, str | None, int | None]], config_file: str | None
+) -> list[dict[str, tuple[str, ...]]]:
+    """`ssh -G` for every (name, user, port), in parallel; the first error wins."""
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(min(MAX_PARALLEL, len(hosts))) as pool:
+        futures = [pool.submit(run_ssh_g, ssh, n, config_file, u, p) for n, u, p in hosts]
+        return [f.result() for f in futures]
+
+
+def where_set(ssh: str, name: str, config_file: str | None, keyword: str) -> str:
+    """`file:line` of the line that sets `keyword` for `name` (from the files `ssh -G -v`
+    reads, Includes too), or the files read when no line says it literally."""
+    argv = [ssh, "-G", "-vvv", *(["-F", config_file] if config_file else []), "--", name]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=SSH_G_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return config_file or "your ssh config"
+    files = re.findall(r"Reading configuration data (\S+)", done.stderr)
+    pattern = re.compile(rf"^\s*{keyword}\b", re.IGNORECASE)
+    for path in files:
+        try:
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for number, line in enumerate(lines, 1):
+            if pattern.match(line):
+                return f"{path}:{number}"
+    return " or ".join(files) or config_file or "your ssh config"

@@ -1,0 +1,275 @@
+"""ssh as users configure it, on the real sshd cluster: OpenSSH's own resolution (Include,
+Match exec, wildcards, tokens), a bastion reached by ProxyJump and two ProxyCommands, a user
+certificate, and `--setup` shaping the environment tasks see."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from dtrain.plan.hosts import Host
+from dtrain.transport import sshconfig
+from dtrain.transport.options import SshOptions
+from dtrain.transport.ssh import SshTransport
+from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster
+from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
+
+BY_TASK = program("by_task.py")
+
+
+def launch(
+    cluster: Cluster, config: Path, hosts: Path, cwd: Path, *rest: str, timeout_s: float = 90
+) -> subprocess.CompletedProcess[str]:
+    args = ["launch", "-H", str(hosts), "--ssh-config", str(config), *rest]
+    return run_dtrain(args, cwd, timeout_s=timeout_s)
+
+
+def resolution_config(cluster: Cluster, tmp_path: Path) -> Path:
+    """Aliases w1..w3 defined only in an Included directory; Port, key and user from wildcard
+    and Match blocks, the key's path through tokens."""
+    confd = tmp_path / "conf.d"
+    confd.mkdir()
+    for h in cluster.hosts:
+        (confd / f"{h.name}.conf").write_text(f"Host w{h.index}\n  HostName {h.address}\n")
+    shutil.copy(cluster.key, tmp_path / "id_root")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Include {confd}/*.conf\n"
+        "Host w* !w9\n"
+        "  Port 22\n"
+        f"  IdentityFile {tmp_path}/id_%r\n"
+        "  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {cluster.known_hosts}\n"
+        "  GlobalKnownHostsFile /dev/null\n"
+        "  StrictHostKeyChecking yes\n"
+        f'Match host 198.18.0.* exec "test -r {tmp_path}/id_root"\n'
+        "  User root\n"
+        "Host *\n"
+        "  User nobody-would-get-in\n"
+    )
+    return config
+
+
+def test_resolution_equals_openssh_for_every_host_and_a_launch_works(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = resolution_config(cluster, tmp_path)
+    transport = SshTransport(SshOptions(config_file=str(config)))
+    table = []
+    for h in cluster.hosts:
+        target = transport.target(Host(name=f"w{h.index}"))
+        openssh = sshconfig.run_ssh_g("ssh", f"w{h.index}", str(config), None, None)
+        expected = (h.address, 22, "root", (f"{tmp_path}/id_root",))
+        assert (target.hostname, target.port, target.user, target.identity_files) == expected
+        assert (
+            openssh["hostname"][0],
+            int(openssh["port"][0]),
+            openssh["user"][0],
+        ) == expected[:3]
+        table.append(target)
+    assert len(table) == len(cluster.hosts)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"w{h.index}\n" for h in cluster.hosts))
+    result = launch(cluster, config, hosts, tmp_path, "-n", "3", "-s", "0", "--", PYTHON, BY_TASK)
+    assert result.returncode == 0, result.stderr
+    assert "ready worker.2" in result.stdout
+
+
+def bastion(cluster: Cluster, tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """h1 is the jump host; h2 and h3 drop ssh from the launcher, and are reached through h1
+    by `how` (a ProxyJump or ProxyCommand line). The cluster's own config comes after."""
+    for h in cluster.hosts[1:]:
+        cluster.refuse_from(h, BRIDGE_ADDRESS)
+    inner = tmp_path / "cluster_config"  # a path unique to this test: it marks our proxies
+    shutil.copy(cluster.ssh_config, inner)
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host h2 h3\n  {how.format(cfg=inner)}\nHost *\n  ConnectTimeout 5\nInclude {inner}\n"
+    )
+    hosts = cluster.hosts_file(names=["h2", "h3"])
+    return config, hosts
+
+
+def proxy_pids(marker: Path) -> list[int]:
+    """Processes on this machine whose command line names `marker` (ours: a unique path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(marker).encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+BASTIONS = {
+    "proxyjump": "ProxyJump h1",
+    "proxycommand -W": "ProxyCommand ssh -F {cfg} -W %h:%p h1",
+    "proxycommand nc": "ProxyCommand ssh -F {cfg} h1 nc %h %p",
+}
+
+
+def test_hosts_firewalled_from_the_launcher_are_unreachable_directly(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.refuse_from("h2", BRIDGE_ADDRESS)
+    hosts = cluster.hosts_file(names=["h2"])
+    result = launch(
+        cluster,
+        cluster.ssh_config,
+        hosts,
+        tmp_path,
+        "--connect-timeout",
+        "2",
+        "-n",
+        "1",
+        "-s",
+        "0",
+        "--",
+        "true",
+    )
+    assert result.returncode != 0 and "h2" in result.stderr and "timed out" in result.stderr
+
+
+def test_a_bastion_by_proxyjump_and_proxycommands_launches_and_leaves_no_proxy(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    for name, how in BASTIONS.items():
+        workdir = tmp_path / name.replace(" ", "_")
+        workdir.mkdir()
+        config, hosts = bastion(cluster, workdir, how)
+        args = ("-n", "2", "-s", "0", "--", PYTHON, BY_TASK, "*=exit:0")
+        started = time.monotonic()
+        result = launch(cluster, config, hosts, workdir, *args)
+        print(f"{name}: {time.monotonic() - started:.2f} s")
+        assert result.returncode == 0, f"{name}: {result.stderr}"
+        assert "ready worker.1" in result.stdout, name
+        assert wait_gone(proxy_pids(workdir / "cluster_config"), 5) == [], name
+        for h in cluster.hosts[1:]:
+            cluster.clear_firewall(h)
+
+
+def test_a_proxycommand_dies_when_dtrain_is_sigkilled(cluster: Cluster, tmp_path: Path) -> None:
+    config, hosts = bastion(cluster, tmp_path, BASTIONS["proxycommand nc"])
+    marker = tmp_path / "cluster_config"
+    args = ["launch", "-H", str(hosts), "--ssh-config", str(config)]
+    proc = start_dtrain([*args, "-n", "2", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while len(proxy_pids(marker)) < 2 or not (tmp_path / "dtrain-logs" / "latest").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "no job came up"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the tasks start after the connections
+        proxies = proxy_pids(marker)
+        assert proxies
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert wait_gone(proxies, 10) == [], "a ProxyCommand outlived SIGKILLed dtrain"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_user_certificate_alone_gets_in(cluster: Cluster, tmp_path: Path) -> None:
+    keygen = ["ssh-keygen", "-q", "-N", "", "-t", "ed25519", "-f"]
+    subprocess.run([*keygen, str(tmp_path / "ca")], check=True)
+    user = tmp_path / "user"
+    subprocess.run([*keygen, str(user)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-s", str(tmp_path / "ca"), "-I", "id", "-n", "root", f"{user}.pub"],
+        check=True,
+    )
+    cert = tmp_path / "signed-cert"
+    (tmp_path / "user-cert.pub").rename(cert)  # not beside the key: CertificateFile must say it
+    for h in cluster.hosts:  # no plain key authorized anywhere: only the CA
+        trust = f"TrustedUserCAKeys {tmp_path / 'ca.pub'}\nAuthorizedKeysFile none"
+        cluster.sshd_override(h, trust)
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host h*\n  IdentityFile {tmp_path / 'user'}\n  CertificateFile {cert}\n"
+        f"Include {cluster.ssh_config}\n"
+    )
+    hosts = cluster.hosts_file()
+    result = launch(cluster, config, hosts, tmp_path, "-n", "3", "-s", "0", "--", "true")
+    assert result.returncode == 0, result.stderr
+    without = tmp_path / "no_cert_config"
+    key_only = f"Host h*\n  IdentityFile {tmp_path / 'user'}\nInclude {cluster.ssh_config}\n"
+    without.write_text(key_only)
+    refused = launch(cluster, without, hosts, tmp_path, "-n", "3", "-s", "0", "--", "true")
+    assert refused.returncode != 0 and "refused our keys" in refused.stderr
+
+
+def test_setup_activates_a_shared_venv_and_job_variables_still_win(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"  # the filesystem is shared between hosts
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    for h in cluster.hosts:
+        cluster.blank_bashrc(h)  # a pyenv init there would put its python first again
+    show = "import os,sys;print('env', sys.prefix, os.environ['A'], os.environ['B'])"
+    result = run_dtrain(
+        [
+            *("launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)),
+            *("--setup", f". {venv}/bin/activate", "--setup", "export A=setup B=setup"),
+            *("--env", "B=job", "-n", "3", "-s", "0", "--", "python", "-c", show),
+        ],
+        tmp_path,
+        timeout_s=90,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if " env " in line]
+    assert len(lines) == 4  # the scheduler here and a worker on each host
+    assert all(line.endswith(f"env {venv} setup job") for line in lines), lines
+
+
+def test_a_failing_setup_on_one_host_starts_nothing_and_names_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    check = 'test "$(uname -n)" != h2 || { echo no-gpu-here >&2; false; }'
+    result = run_dtrain(
+        [
+            *("launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)),
+            *("--setup", check, "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"),
+        ],
+        tmp_path,
+        timeout_s=60,
+    )
+    assert result.returncode != 0
+    assert "h2" in result.stderr and "no-gpu-here" in result.stderr, result.stderr
+    assert "setup command" in result.stderr and "nothing was started" in result.stderr
+    assert "ready" not in result.stdout  # no task ran anywhere
+
+
+def test_setup_costs_only_its_commands_launch_time(cluster: Cluster, tmp_path: Path) -> None:
+    """Launch time with and without a trivial --setup, interleaved; printed, never judged."""
+    base = ["launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    times: dict[str, list[float]] = {"plain": [], "setup": []}
+    for _ in range(3):
+        for kind in times:
+            extra = ["--setup", "export DTRAIN_SETUP_PROBE=1"] if kind == "setup" else []
+            started = time.monotonic()
+            result = run_dtrain([*base, *extra, "-n", "3", "-s", "0", "--", "true"], tmp_path)
+            times[kind].append(time.monotonic() - started)
+            assert result.returncode == 0, result.stderr
+    print({k: sorted(v) for k, v in times.items()})
+
+
+def test_doctor_runs_the_same_setup_first(cluster: Cluster, tmp_path: Path) -> None:
+    base = ["doctor", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    setup_file = tmp_path / "setup.sh"
+    setup_file.write_text('export DTRAIN_SETUP_PROBE=1\ntest "$(uname -n)" != h3\n')
+    failed = run_dtrain([*base, "--setup-file", str(setup_file), "--", "true"], tmp_path)
+    assert failed.returncode != 0
+    assert (
+        "h3" in failed.stdout + failed.stderr and "setup command" in failed.stdout + failed.stderr
+    )
+    passed = run_dtrain([*base, "--setup", "export DTRAIN_SETUP_PROBE=1", "--", "true"], tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
