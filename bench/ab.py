@@ -1,4 +1,4 @@
-"""`python -m bench.ab --base DIR`: this checkout's dtrain against another one, and pdsh.
+"""`python -m bench.ab --base DIR [--base DIR ...]`: this checkout against others, and pdsh.
 
 Measures one change on its own: the same trivial (or log) job under dtrain from this checkout,
 dtrain from DIR (e.g. `git archive main | tar -x -C DIR`) and pdsh, interleaved on the same
@@ -45,19 +45,24 @@ def summary(records: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__)
-    parser.add_argument("--base", type=Path, required=True, help="the other checkout")
+    parser.add_argument(
+        "--base", type=Path, action="append", required=True, help="another checkout (repeatable)"
+    )
     parser.add_argument("--hosts", type=run.parse_ints, default=(8,))
     parser.add_argument("--per-host", type=run.parse_ints, default=(4,))
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--scenario", choices=("trivial", "log"), default="trivial")
     parser.add_argument("--log-mb", type=float, default=40.0, help="MB per host (log)")
     parser.add_argument("--bashrc", default="blank", help="as-is or blank")
-    parser.add_argument("--no-pdsh", action="store_true")
+    parser.add_argument("--peers", default="pdsh", help="comma list of pdsh,ssh (or none)")
     args = parser.parse_args(argv)
     builders: dict[str, Builder] = launchers.BUILDERS  # type: ignore[assignment]
     builders["dtrain"] = with_pythonpath(run.REPO)
-    builders["dtrain-base"] = with_pythonpath(args.base.resolve())
-    names = ["dtrain", "dtrain-base"] + ([] if args.no_pdsh else ["pdsh", "ssh"])
+    names = ["dtrain"]
+    for folder in args.base:
+        names.append(f"dtrain-{folder.name}")
+        builders[names[-1]] = with_pythonpath(folder.resolve())
+    names += [p for p in args.peers.split(",") if p in ("pdsh", "ssh")]
     if args.scenario == "log":
         names = [n for n in names if n != "pdsh"]
     settings = replace(run.Settings(), host_counts=(max(args.hosts),))
