@@ -9,6 +9,7 @@ paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import functools
 import getpass
@@ -23,12 +24,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-
 from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport.bootstrap import agent_payload, remote_command
 from dtrain.transport.options import SshOptions
+from dtrain.transport.sshlib import paramiko
 
 logger = logging.getLogger(__name__)
 
@@ -328,6 +328,15 @@ class _Transport(paramiko.Transport):
             if "-gcm@" not in c
         ),
     )
+
+    def _parse_global_request(self, m: paramiko.Message) -> None:
+        """ACK the server's global requests at once (OpenSSH sends `hostkeys-00` right after
+        auth, then holds its next reply, by Nagle, until that is ACKed: with Linux's delayed
+        ACK the first channel took 43 ms instead of 2)."""
+        super()._parse_global_request(m)  # type: ignore[misc]
+        if isinstance(self.sock, socket.socket) and hasattr(socket, "TCP_QUICKACK"):
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
 
 
 class SshTransport:
