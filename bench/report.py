@@ -104,12 +104,18 @@ def mode_of(items: Sequence[Any]) -> Any:
     return statistics.mode(items) if items else None
 
 
+FIELDS_AT_SCALE = ("launch_s", "cpu_s", "rss_mb", "remote_cpu_s")
+
+
 # ---- the document ----------------------------------------------------------------------------
 
 
 class Report:
     def __init__(self, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-        self.records = records
+        # The scale runs (a larger cluster, fewer launchers) have their own section and feed the
+        # model's fits; every other table is over the main sizes only.
+        self.scale_records = select(records, group="scale")
+        self.records = [r for r in records if r.get("group") != "scale"]
         self.meta = meta
         settings = meta.get("settings", {})
         self.host_counts: list[int] = sorted({r["hosts"] for r in self.trivial()})
@@ -145,6 +151,7 @@ class Report:
         out += self.bashrc_section()
         out += self.where_time_goes()
         out += self.extra_figures()
+        out += self.scale_measured()
         out += self.scale_section()
         out += self.method()
         return "\n".join(out).rstrip() + "\n"
@@ -1148,10 +1155,67 @@ class Report:
             ]
         return out
 
+    def scale_measured(self) -> list[str]:
+        """dtrain, pdsh and ssh per task at the scale sizes, side by side."""
+        found = self.scale_records
+        if not found:
+            return []
+        out = [
+            "## 8. Measured at scale: up to "
+            f"{max(r['hosts'] for r in found)} hosts × {max(r['per_host'] for r in found)} tasks",
+            "",
+            "The trivial job, teardown after one failure and orphans 5 s after SIGKILL to the "
+            "launcher, on a cluster of that many namespaced sshd hosts (all on this machine's "
+            "cores). pdsh runs with `-f` at least the host count, so it does not window. "
+            "Launch and CPU are medians; ratios are to pdsh in the same run.",
+            "",
+        ]
+        launchers = [x for x in ("dtrain", "pdsh", "ssh") if select(found, launcher=x)]
+        for mode in [m for m in ("as-is", "blank") if select(found, bashrc=m)]:
+            rows = []
+            for h, k in sorted({(r["hosts"], r["per_host"]) for r in found}):
+                at = select(found, bashrc=mode, hosts=h, per_host=k)
+                ok = [r for r in select(at, scenario="trivial") if r.get("ok")]
+                ref = {key: med(select(ok, launcher="pdsh"), key) for key in FIELDS_AT_SCALE}
+                for x in launchers:
+                    mine = select(ok, launcher=x)
+                    launch, host_cpu = med(mine, "launch_s"), med(mine, "remote_cpu_s")
+                    cpu_s, rss = med(mine, "cpu_s"), med(mine, "rss_mb")
+                    kill = select(at, scenario="sigkill", launcher=x)
+                    rows.append(
+                        [
+                            f"{h}×{k}",
+                            LABELS[x],
+                            cell(launch, ref["launch_s"]),
+                            self.teardown_text(select(at, scenario="teardown", launcher=x)),
+                            self.orphan_text(kill),
+                            cell(cpu_s, ref["cpu_s"], cpu),
+                            "–" if cpu_s is None else f"{cpu_s / h * 1000:.1f} ms",
+                            cell(rss, ref["rss_mb"], mb),
+                            cell(host_cpu, ref["remote_cpu_s"], cpu),
+                        ]
+                    )
+            out += [f"### {MODE_TEXT[mode]}", ""]
+            out += table(
+                [
+                    "hosts×tasks",
+                    "launcher",
+                    "launch",
+                    "teardown after a failure",
+                    "alive after SIGKILL",
+                    "launcher CPU",
+                    "launcher CPU per host",
+                    "launcher peak RSS",
+                    "CPU on the hosts",
+                ],
+                rows,
+            )
+        return out
+
     def scale_section(self) -> list[str]:
         out = ["## Scale past this machine", ""]
         mode = "blank" if "blank" in self.modes else (self.modes[0] if self.modes else "as-is")
-        fitted = model.calibrate(self.records, mode)
+        fitted = model.calibrate(self.records + self.scale_records, mode)
         if fitted is None:
             return [*out, "Not modelled: this run has no calibration or trivial-job records.", ""]
         c: model.Costs = fitted["costs"]
@@ -1224,12 +1288,13 @@ class Report:
                     f"{f[1] * 1000:.1f} ms",
                     f"{f[2] * 1000:.1f} ms",
                     cpu(model.predict(f, 256, 1024)),
+                    cpu(model.predict(f, 1024, 4096)),
                 ]
             )
         out += [
             "### Launcher CPU per host and per task (least-squares fit over the trivial runs)",
             "",
-            *table(["launcher", "fixed", "per host", "per task", "predicted at 256×4"], rows),
+            *table(["launcher", "fixed", "per host", "per task", "at 256×4", "at 1024×4"], rows),
             "On a real cluster the hosts' work runs on the hosts; what a launcher machine pays "
             "grows with these slopes. pdsh's and ssh-per-task's cost is mostly the OpenSSH "
             "client's key exchange, once per host for pdsh and once per task for the others.",
@@ -1249,7 +1314,7 @@ class Report:
             *table(["dtrain hosts×tasks", "measured here", "simulated"], sim_rows),
         ]
         rows = []
-        for h in (8, 16, 32, 64, 128, 256):
+        for h in (8, 16, 32, 48, 64, 128, 256, 1024):
             for k in (4, 8):
                 rows.append(
                     [
@@ -1263,7 +1328,7 @@ class Report:
                     ]
                 )
         out += [
-            "### dtrain at 256 hosts",
+            "### dtrain at 256 and 1024 hosts",
             "",
             *table(
                 [
