@@ -28,7 +28,7 @@ from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport.bootstrap import agent_payload, remote_command
 from dtrain.transport.options import SshOptions
-from dtrain.transport.sshlib import paramiko
+from dtrain.transport.sshlib import ByteQueue, paramiko
 
 logger = logging.getLogger(__name__)
 
@@ -721,6 +721,7 @@ class SshLink:
         if transport is None or not transport.is_active():
             raise ConnectionError("the ssh connection is closed")
         self.channel = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT_S)
+        self.channel.in_buffer = ByteQueue()  # before any data can arrive: exec comes next
         self.channel.exec_command(command)
         self._stderr = bytearray()
         self.send(agent_payload())

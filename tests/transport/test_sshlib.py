@@ -30,3 +30,21 @@ def test_match_exec_imports_invoke_when_evaluated() -> None:
         "print(c.lookup('h')['user'], 'invoke' in sys.modules)\n"
     )
     assert run_python(code) == "yes True"
+
+
+def test_the_channel_buffer_hands_out_bytes_in_order_then_end_of_stream() -> None:
+    from dtrain.transport.sshlib import ByteQueue, paramiko
+
+    buffer = ByteQueue()
+    with pytest.raises(paramiko.buffered_pipe.PipeTimeout):
+        buffer.read(10, timeout=0.0)
+    buffer.feed(b"0123456789")
+    buffer.feed(b"abc")
+    assert len(buffer) == 13
+    assert buffer.read(4) == b"0123"
+    assert buffer.read(100) == b"456789abc"
+    assert not buffer.read_ready()
+    buffer.feed(b"tail")
+    buffer.close()
+    assert buffer.read(100) == b"tail"
+    assert buffer.read(100) == b""
