@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
+import time
 from typing import Any
 
 
@@ -35,16 +37,55 @@ if getattr(paramiko.config, "invoke", 0) is None:
 
 
 class ByteQueue(paramiko.buffered_pipe.BufferedPipe):  # type: ignore[type-arg]
-    """paramiko's channel buffer over a bytearray instead of an array('B').
+    """paramiko's channel buffer, for the agent's stream: fewer copies, fewer wake-ups.
 
-    Every byte of task output passes through it: array('B') copies it in, copies a slice out
-    and copies it again into bytes, then moves what is left to the front; a bytearray takes it
-    in with one copy, hands it out with one, and drops a prefix without moving the rest.
+    Every byte of task output passes through it. paramiko's own buffer is an array('B') that
+    copies data in, copies a slice out and again into bytes, moves the rest to the front, and
+    wakes the reader for every 32 KB packet, so a 256 KB frame was read in pieces and joined.
+    Here a bytearray takes data in with one copy and hands it out with one, and a read waits
+    until it can return all it asked for (the reader asks for exactly one frame header or
+    payload), up to FULL_READ_LIMIT, far inside the channel's window so the sender can always
+    fill it; at end of stream or timeout it returns what there is.
     """
+
+    FULL_READ_LIMIT = 256 << 10
+    _lock: threading.Lock  # paramiko's, set by BufferedPipe.__init__
+    _cv: threading.Condition
+    _event: threading.Event | None
+    _closed: bool
 
     def __init__(self) -> None:
         super().__init__()
         self._buffer = bytearray()
+        self._want = 0
+
+    def feed(self, data: bytes) -> None:
+        with self._lock:
+            if self._event is not None:
+                self._event.set()
+            self._buffer += data
+            if len(self._buffer) >= self._want:
+                self._cv.notify_all()
+
+    def read(self, nbytes: int, timeout: float | None = None) -> bytes:
+        want = max(1, min(nbytes, self.FULL_READ_LIMIT))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while len(self._buffer) < want and not self._closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    if self._buffer:
+                        break
+                    raise paramiko.buffered_pipe.PipeTimeout()
+                self._want = want
+                self._cv.wait(left)
+            self._want = 0
+            with memoryview(self._buffer) as view, view[:nbytes] as part:
+                out = bytes(part)
+            del self._buffer[:nbytes]
+            if not self._buffer and self._event is not None and not self._closed:
+                self._event.clear()
+            return out
 
     def _buffer_frombytes(self, data: bytes) -> None:
         self._buffer += data

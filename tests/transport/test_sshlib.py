@@ -42,9 +42,23 @@ def test_the_channel_buffer_hands_out_bytes_in_order_then_end_of_stream() -> Non
     buffer.feed(b"abc")
     assert len(buffer) == 13
     assert buffer.read(4) == b"0123"
-    assert buffer.read(100) == b"456789abc"
+    assert buffer.read(9) == b"456789abc"
     assert not buffer.read_ready()
     buffer.feed(b"tail")
+    assert buffer.read(100, timeout=0.05) == b"tail"  # what there is, once the time is up
+    buffer.feed(b"end")
     buffer.close()
-    assert buffer.read(100) == b"tail"
+    assert buffer.read(100) == b"end"
     assert buffer.read(100) == b""
+
+
+def test_a_read_waits_for_all_it_asked_for() -> None:
+    import threading
+
+    from dtrain.transport.sshlib import ByteQueue
+
+    buffer = ByteQueue()
+    feeder = threading.Thread(target=lambda: [buffer.feed(b"x" * 1000) for _ in range(100)])
+    feeder.start()
+    assert buffer.read(100_000, timeout=30) == b"x" * 100_000
+    feeder.join()
