@@ -58,7 +58,12 @@ def test_a_read_waits_for_all_it_asked_for() -> None:
     from dtrain.transport.sshlib import ByteQueue
 
     buffer = ByteQueue()
-    feeder = threading.Thread(target=lambda: [buffer.feed(b"x" * 1000) for _ in range(100)])
+
+    def feed() -> None:
+        for _ in range(100):
+            buffer.feed(b"x" * 1000)
+
+    feeder = threading.Thread(target=feed)
     feeder.start()
     assert buffer.read(100_000, timeout=30) == b"x" * 100_000
     feeder.join()
