@@ -63,6 +63,9 @@ class Settings:
     doctor_reps: int = 3
     profile: bool = True
     bashrc_modes: tuple[str, ...] = BASHRC_MODES
+    scale_hosts: tuple[int, ...] = (8, 16, 32, 48)  # x the largest per_host, against the peers
+    scale_reps: int = 2
+    scale_modes: tuple[str, ...] = ("blank",)
 
     @property
     def max_hosts(self) -> int:
@@ -102,6 +105,7 @@ QUICK = Settings(
     doctor_reps=1,
     profile=False,
     bashrc_modes=("as-is",),
+    scale_hosts=(),
 )
 
 
@@ -151,11 +155,13 @@ def describe(record: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def cluster_session(settings: Settings, bashrc: str, scratch: Path) -> Iterator[scenarios.Context]:
+def cluster_session(
+    settings: Settings, bashrc: str, scratch: Path, n_hosts: int | None = None
+) -> Iterator[scenarios.Context]:
     """A fresh cluster with the bashrc mode applied; always torn down."""
     from tests.cluster.netcluster import Cluster
 
-    cluster = Cluster(settings.max_hosts)
+    cluster = Cluster(n_hosts or settings.max_hosts)
     cluster.start()  # waits (bounded) for the machine-wide cluster lock
     started = time.monotonic()
     try:
@@ -264,6 +270,30 @@ def phase_log(ctx: scenarios.Context, settings: Settings, results: Results) -> N
     if settings.profile:
         megabytes = settings.log_mb_per_host * 2.5  # long enough to sample the stream itself
         results.add(profile.sampled(ctx, 1, 1, scenario="log", megabytes=megabytes))
+
+
+SCALE_LAUNCHERS = ("dtrain", "pdsh", "ssh")
+
+
+def phase_scale(ctx: scenarios.Context, settings: Settings, results: Results) -> None:
+    """dtrain, pdsh (-f at least the host count) and ssh per task at every scale size: the
+    trivial job (launch, launcher CPU and RSS, host CPU), teardown after one failure (dtrain
+    alone, then the peers together) and orphans after SIGKILL (all at once)."""
+    per_host = max(settings.per_host)
+    for rep in range(settings.scale_reps):
+        for hosts in settings.scale_hosts:
+            for launcher in rotated(SCALE_LAUNCHERS, rep + hosts):
+                record = scenarios.job(ctx, launcher, hosts, per_host, "trivial", rep)
+                results.add({**record, "group": "scale"})
+    for hosts in settings.scale_hosts:
+        solo = [scenarios.Run(ctx, "dtrain", hosts, per_host, "teardown", 0)]
+        peers = [scenarios.Run(ctx, p, hosts, per_host, "teardown", 0) for p in SCALE_LAUNCHERS[1:]]
+        for runs in (solo, peers):
+            for record in scenarios.teardown(runs, settings.teardown_bound_s):
+                results.add({**record, "group": "scale"})
+        runs = [scenarios.Run(ctx, x, hosts, per_host, "sigkill", 0) for x in SCALE_LAUNCHERS]
+        for record in scenarios.interrupt(runs, signal.SIGKILL, settings.orphan_window_s):
+            results.add({**record, "group": "scale"})
 
 
 def doctor_available() -> bool:
@@ -483,6 +513,7 @@ PHASES: dict[str, Callable[[scenarios.Context, Settings, Results], None]] = {
     "signals": phase_signals,
     "log": phase_log,
     "doctor": phase_doctor,
+    "scale": phase_scale,
 }
 SESSIONS = (("launch",), ("launch-more",), ("teardown",), ("signals",), ("log", "doctor"))
 
@@ -500,6 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
     parser.add_argument("--hosts", type=parse_ints, help="host counts, e.g. 1,2,4,8")
     parser.add_argument("--per-host", type=parse_ints, help="tasks per host, e.g. 1,4")
+    parser.add_argument("--scale-hosts", type=parse_ints, help="scale sizes, e.g. 8,16,32,48")
+    parser.add_argument("--scale-reps", type=int, help="repetitions of the scale trivial job")
     parser.add_argument("--reps", type=int, help="repetitions of the trivial job")
     parser.add_argument("--log-mb", type=float, help="MB each host's tasks write in the log test")
     parser.add_argument("--phases", help=f"comma list of {','.join(['local', *PHASES])}")
@@ -524,6 +557,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = replace(settings, per_host=args.per_host)
     if args.reps:
         settings = replace(settings, reps=args.reps)
+    if args.scale_hosts:
+        settings = replace(settings, scale_hosts=args.scale_hosts)
+    if args.scale_reps:
+        settings = replace(settings, scale_reps=args.scale_reps)
     if args.log_mb:
         settings = replace(settings, log_mb_per_host=args.log_mb)
     if args.bashrc:
@@ -549,12 +586,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for bashrc in settings.bashrc_modes:
             sessions = SESSIONS if not settings.one_session else (tuple(PHASES),)
             for session in sessions:
-                todo = [p for p in session if p in wanted]
+                todo = [p for p in session if p in wanted and p != "scale"]
                 if not todo:
                     continue
                 with cluster_session(settings, bashrc, scratch) as ctx:
                     for name in todo:
                         PHASES[name](ctx, settings, results)
+        if "scale" in wanted and settings.scale_hosts:
+            for bashrc in settings.scale_modes:
+                with cluster_session(settings, bashrc, scratch, max(settings.scale_hosts)) as ctx:
+                    phase_scale(ctx, settings, results)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         meta["load_end"] = load()

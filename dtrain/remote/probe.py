@@ -40,15 +40,33 @@ _LIST_DISTRIBUTIONS = r"""
 import json, sys
 found = {}
 error = None
+def head(dist):
+    # Name and Version from the metadata's header lines: parsing the whole file as email (what
+    # dist.metadata does, and dist.version again) costs ~1.5 ms per distribution.
+    name = version = None
+    try:
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    except Exception:
+        text = ""
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        if name is None and line.startswith("Name:"):
+            name = line[5:].strip()
+        elif version is None and line.startswith("Version:"):
+            version = line[8:].strip()
+    if name is None or version is None:
+        try:
+            name, version = dist.metadata["Name"], dist.version
+        except Exception:
+            pass
+    return name, version
 try:
     from importlib import metadata
     for dist in metadata.distributions():
-        try:
-            name = dist.metadata["Name"]
-        except Exception:
-            name = None
+        name, version = head(dist)
         if name and name not in found:
-            found[name] = dist.version
+            found[name] = version
 except ImportError:
     try:
         import pkg_resources

@@ -9,6 +9,7 @@ paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -24,14 +25,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-
 from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
 from dtrain.transport.options import SshOptions
 from dtrain.transport.proxy import ProxySocket
+from dtrain.transport.sshlib import ByteQueue, paramiko
 
 logger = logging.getLogger(__name__)
 
@@ -429,6 +429,15 @@ class _Transport(paramiko.Transport):
             if "-gcm@" not in c
         ),
     )
+
+    def _parse_global_request(self, m: paramiko.Message) -> None:
+        """ACK the server's global requests at once (OpenSSH sends `hostkeys-00` right after
+        auth, then holds its next reply, by Nagle, until that is ACKed: with Linux's delayed
+        ACK the first channel took 43 ms instead of 2)."""
+        super()._parse_global_request(m)  # type: ignore[misc]
+        if isinstance(self.sock, socket.socket) and hasattr(socket, "TCP_QUICKACK"):
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
 
 
 def _hop_host(user: str, name: str, port: str) -> Host:
@@ -907,6 +916,7 @@ class SshLink:
         if transport is None or not transport.is_active():
             raise ConnectionError("the ssh connection is closed")
         self.channel = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT_S)
+        self.channel.in_buffer = ByteQueue()  # before any data can arrive: exec comes next
         self.channel.exec_command(command)
         self._stderr = bytearray()
         self.send(agent_payload())

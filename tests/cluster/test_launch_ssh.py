@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,26 @@ def test_more_tasks_on_one_host_than_sshd_max_sessions(cluster: Cluster, tmp_pat
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("@h1] ready worker.") == 14
+
+
+def test_48_hosts_start_fail_fast_and_leave_nothing(
+    make_cluster: Callable[[int], Cluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster(48)
+    hosts = cluster.hosts_file(slots=2)
+    result = run(
+        cluster,
+        ["launch", "-n", "96", "-s", "0", "--", PYTHON, BY_TASK, "worker.95=exit:7:2", "*=sleep"],
+        tmp_path,
+        hosts=hosts,
+        timeout_s=180,
+    )
+    assert result.returncode == 7, result.stderr
+    assert "worker.95 exits with 7" in result.stdout + result.stderr
+    on_hosts = {line.split("@", 1)[1].split("]", 1)[0] for line in result.stdout.splitlines()
+                if "] ready worker." in line}  # fmt: skip
+    assert len(on_hosts) == 48
+    assert_nothing_left(cluster, latest_job(tmp_path).name)
 
 
 SECRET = "s3cr3t value; $(id) 'q' \"dq\"\nline2 ✓"

@@ -1,0 +1,69 @@
+"""paramiko without `invoke` on the launch path, and `Match exec` still working."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_python(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_importing_the_ssh_transport_does_not_import_invoke() -> None:
+    code = "import sys, dtrain.transport.ssh; print('invoke' in sys.modules)"
+    assert run_python(code) == "False"
+
+
+def test_match_exec_imports_invoke_when_evaluated() -> None:
+    pytest.importorskip("invoke")
+    code = (
+        "import sys\n"
+        "from dtrain.transport.sshlib import paramiko\n"
+        "text = 'Match exec \"true\"\\n  User yes\\nHost *\\n  Port 2\\n'\n"
+        "c = paramiko.SSHConfig.from_text(text)\n"
+        "print(c.lookup('h')['user'], 'invoke' in sys.modules)\n"
+    )
+    assert run_python(code) == "yes True"
+
+
+def test_the_channel_buffer_hands_out_bytes_in_order_then_end_of_stream() -> None:
+    from dtrain.transport.sshlib import ByteQueue, paramiko
+
+    buffer = ByteQueue()
+    with pytest.raises(paramiko.buffered_pipe.PipeTimeout):
+        buffer.read(10, timeout=0.0)
+    buffer.feed(b"0123456789")
+    buffer.feed(b"abc")
+    assert len(buffer) == 13
+    assert buffer.read(4) == b"0123"
+    assert buffer.read(9) == b"456789abc"
+    assert not buffer.read_ready()
+    buffer.feed(b"tail")
+    assert buffer.read(100, timeout=0.05) == b"tail"  # what there is, once the time is up
+    buffer.feed(b"end")
+    buffer.close()
+    assert buffer.read(100) == b"end"
+    assert buffer.read(100) == b""
+
+
+def test_a_read_waits_for_all_it_asked_for() -> None:
+    import threading
+
+    from dtrain.transport.sshlib import ByteQueue
+
+    buffer = ByteQueue()
+
+    def feed() -> None:
+        for _ in range(100):
+            buffer.feed(b"x" * 1000)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    assert buffer.read(100_000, timeout=30) == b"x" * 100_000
+    feeder.join()
