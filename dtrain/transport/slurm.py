@@ -121,11 +121,12 @@ def agent_boot() -> str:
 
 def agent_command(pythons: Sequence[str]) -> list[str]:
     """The agent under the first of `pythons` the node has (a pyenv shim first on PATH costs
-    0.1 s a node); the boot code is the script's $0, an argument, never spliced into it."""
+    0.1 s a node) and without `site` (as over ssh: the agent needs only the standard library);
+    the boot code is the script's $0, an argument, never spliced into it."""
     candidates = " ".join(shlex.quote(p) for p in pythons)
     script = (
         f'for p in {candidates}; do if command -v "$p" >/dev/null 2>&1; then '
-        f'"$p" -c "$0"; s=$?; [ $s -eq {TOO_OLD_EXIT} ] || exit $s; fi; done; '
+        f'"$p" -S -c "$0"; s=$?; [ $s -eq {TOO_OLD_EXIT} ] || exit $s; fi; done; '
         f'echo "dtrain: no python3 >= 3.6 for the agent on $(uname -n) '
         f'(tried {candidates})" >&2; exit 127'
     )
