@@ -566,9 +566,9 @@ ROLE_ENV_FLAGS = {
 @click.option(
     "--heartbeat-timeout",
     type=Seconds(min=2, max=DAY_S),
-    default=15.0,
-    show_default=True,
-    help="A host silent this long is lost; its tasks stop themselves after the same time.",
+    help="A host silent this long is lost; its tasks stop themselves after the same time. "
+    "Default: what the host's ssh config gives OpenSSH (ServerAliveInterval * "
+    "ServerAliveCountMax), else 15s.",
 )
 @click.option("--chief", is_flag=True, help="tf: add a chief task (TF2 parameter-server jobs).")
 @click.option("--ps-gpus", is_flag=True, help="tf: let ps tasks see the GPUs.")
@@ -662,7 +662,7 @@ class LaunchFlags:
     timeout: float | None
     traceback_timeout: float
     no_stacks: bool
-    heartbeat_timeout: float
+    heartbeat_timeout: float | None
     chief: bool
     ps_gpus: bool
     nproc_per_host: int | None

@@ -216,6 +216,14 @@ class AgentGroup:
         sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
         return sessions, problems
 
+    def silence_limit_s(self, host: Host) -> float | None:
+        """How long `host` may be silent before it counts as lost, when its ssh config says
+        (ServerAliveInterval * ServerAliveCountMax, as OpenSSH would give up); None otherwise:
+        this machine, and nodes reached through Slurm."""
+        if host.is_local or self.slurm is not None or self._ssh is None:
+            return None
+        return self._ssh.target(host).silence_limit_s
+
     def _start_agent(self, host: Host) -> Problem | None:
         """Start the agent on one (connected) host; its problem if that fails."""
         try:

@@ -44,19 +44,24 @@ def hello(
     ports_for: Callable[[AgentSession], int] | None = None,
     heartbeat_s: float | None = None,
     lease_s: float | None = None,
+    leases: Mapping[str, float] | None = None,
     grace_s: float | None = None,
 ) -> Replies:
     """The agents' settings (those given; the others keep the agent's defaults) in, each
-    host's facts (`HelloFacts.from_reply`) and `ports_for(session)` free ports out."""
+    host's facts (`HelloFacts.from_reply`) and `ports_for(session)` free ports out.
+    `leases` (by host key) gives a host its own lease instead of `lease_s`."""
     settings = {"heartbeat_s": heartbeat_s, "lease_s": lease_s, "grace_s": grace_s}
     given = {name: value for name, value in settings.items() if value is not None}
-    return request_each(
-        sessions,
-        proto.OP_HELLO,
-        timeout_s,
-        (lambda s: {"ports": ports_for(s)}) if ports_for is not None else None,
-        **given,
-    )
+
+    def per_host(session: AgentSession) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if ports_for is not None:
+            extra["ports"] = ports_for(session)
+        if leases is not None and session.host.key in leases:
+            extra["lease_s"] = leases[session.host.key]
+        return extra
+
+    return request_each(sessions, proto.OP_HELLO, timeout_s, per_host, **given)
 
 
 def task_fields(task_id: int, task: TaskSpec, script: str | None = None) -> dict[str, Any]:

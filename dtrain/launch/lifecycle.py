@@ -41,6 +41,8 @@ from dtrain.transport.options import SlurmOptions, SshOptions
 logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
+DEFAULT_LEASE_S = 15.0  # a host silent this long is lost, unless told otherwise
+MIN_LEASE_S = 2.0  # two heartbeats: a shorter lease loses healthy hosts
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class LaunchOptions:
     grace_s: float = 5.0
     timeout_s: float | None = None
     heartbeat_s: float = 1.0
-    lease_s: float = 15.0
+    lease_s: float | None = None  # None: each host's ssh ServerAlive limit, else DEFAULT_LEASE_S
     traceback_timeout_s: float = 10.0
     ssh: SshOptions = field(default_factory=SshOptions)
     remote_python: str = "auto"
@@ -60,12 +62,28 @@ class LaunchOptions:
     take_stacks: bool = True  # a job stopped because it hung: every task's stack first
 
 
+def host_leases(
+    group: AgentGroup, sessions: Mapping[str, AgentSession], lease_s: float | None
+) -> dict[str, float]:
+    """Each host's lease: --heartbeat-timeout when given, else the limit its ssh config gives
+    OpenSSH (ServerAliveInterval * ServerAliveCountMax; at least MIN_LEASE_S), else
+    DEFAULT_LEASE_S."""
+    if lease_s is not None:
+        return {key: lease_s for key in sessions}
+    leases = {}
+    for key, session in sessions.items():
+        limit = group.silence_limit_s(session.host)
+        leases[key] = DEFAULT_LEASE_S if limit is None else max(limit, MIN_LEASE_S)
+    return leases
+
+
 def gather_facts(
     request: planner.JobRequest,
     job_id: str,
     sessions: Mapping[str, AgentSession],
     options: LaunchOptions,
     placed: Sequence[PlacedTask] | None = None,
+    leases: Mapping[str, float] | None = None,
 ) -> planner.Facts:
     """Ask every agent about its host; addresses are the ones ssh reached them at."""
     ports = planner.ports_needed(request, placed)
@@ -74,7 +92,8 @@ def gather_facts(
         REQUEST_TIMEOUT_S,
         ports_for=lambda s: ports.get(s.host.key, 0),
         heartbeat_s=options.heartbeat_s,
-        lease_s=options.lease_s,
+        lease_s=options.lease_s or DEFAULT_LEASE_S,
+        leases=leases,
         grace_s=options.grace_s,
     ).raise_if_failed("contacting the agents")
     hosts: dict[str, planner.HostFacts] = {}
@@ -187,8 +206,11 @@ class Launch:
             planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
+            leases = host_leases(hosts, sessions, self.options.lease_s)
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
-                facts = gather_facts(self.request, self.job_id, sessions, self.options, placed)
+                facts = gather_facts(
+                    self.request, self.job_id, sessions, self.options, placed, leases
+                )
                 self.plan = planner.plan_job(self.request, facts, placed)
                 phase("facts gathered and plan made")
                 if self.options.preflight:
@@ -214,7 +236,8 @@ class Launch:
                         SupervisorOptions(
                             grace_s=self.options.grace_s,
                             timeout_s=self.options.timeout_s,
-                            lease_s=self.options.lease_s,
+                            lease_s=self.options.lease_s or DEFAULT_LEASE_S,
+                            host_leases=leases,
                             linger_s=self.options.grace_s,
                         ),
                         stacks=self._stack_taker(sessions),

@@ -71,6 +71,7 @@ class SupervisorOptions:
     grace_s: float = 5.0
     timeout_s: float | None = None
     lease_s: float = 15.0
+    host_leases: Mapping[str, float] = field(default_factory=dict)  # by host key, over lease_s
     linger_s: float = 5.0
     stacks_budget_s: float = 3.0  # the longest a hung job's stop waits for its stacks
     hang_silence_s: float = 60.0  # a first Ctrl-C after this long without output: a hang
@@ -353,7 +354,7 @@ class Supervisor:
         self.check_stacks(now)
         for session in self.live_sessions():
             silent_s = now - session.last_heard
-            if silent_s > options.lease_s:
+            if silent_s > options.host_leases.get(session.host.key, options.lease_s):
                 self.lose_host(
                     session,
                     f"no heartbeat from {session.host.display} for {silent_s:.0f}s "

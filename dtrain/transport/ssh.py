@@ -61,10 +61,19 @@ class SshTarget:
     host_key_alias: str | None = None
     use_agent: bool = True
     server_alive_s: float = 0.0
+    server_alive_count: int = 3
 
     @property
     def display(self) -> str:
         return f"{self.hostname}:{self.port}"
+
+    @property
+    def silence_limit_s(self) -> float | None:
+        """How long this host may stay silent before it is lost, as the user's config tells
+        OpenSSH (ServerAliveInterval * ServerAliveCountMax); None when the config is silent."""
+        if self.server_alive_s <= 0:
+            return None
+        return self.server_alive_s * max(self.server_alive_count, 1)
 
 
 def _config_paths(options: SshOptions) -> list[str]:
@@ -172,8 +181,8 @@ def _config_name(options: SshOptions) -> str:
 def _config_number(
     host: Host, found: paramiko.SSHConfigDict, key: str, options: SshOptions, default: float
 ) -> float:
-    """A Port or ConnectTimeout, or an error naming the file, host and value (OpenSSH refuses
-    such a config too)."""
+    """A Port, ConnectTimeout or ServerAlive* number, or an error naming the file, host and
+    value (OpenSSH refuses such a config too). ServerAliveInterval 0 is OpenSSH's "off"."""
     raw = found.get(key.lower())
     if raw is None:
         return default
@@ -181,7 +190,8 @@ def _config_number(
         value = int(raw) if key == "Port" else float(raw)
     except ValueError:
         value = -1
-    if value <= 0 or (key == "Port" and value > 65535):
+    off = key == "ServerAliveInterval" and value == 0
+    if (value <= 0 and not off) or (key == "Port" and value > 65535):
         expected = "a port (1-65535)" if key == "Port" else "a positive number of seconds"
         raise UsageError(
             f'ssh config {_config_name(options)} sets {key} "{raw}" for host {host.name}, '
@@ -233,6 +243,8 @@ def resolve_target(
             os.path.expanduser(p) for p in found.get("certificatefile", "").split()
         ),
         host_key_alias=found.get("hostkeyalias"),
+        server_alive_s=_config_number(host, found, "ServerAliveInterval", options, 0),
+        server_alive_count=int(_config_number(host, found, "ServerAliveCountMax", options, 3)),
     )
 
 
@@ -283,6 +295,7 @@ def openssh_target(
     proxy = get("proxycommand", "none")
     jump = get("proxyjump", "none")
     alive = get("serveraliveinterval", "0")
+    alive_count = get("serveralivecountmax", "3")
     return SshTarget(
         hostname=get("hostname", host.name),
         port=int(get("port", "22")),
@@ -300,6 +313,7 @@ def openssh_target(
         host_key_alias=get("hostkeyalias", "none") if "hostkeyalias" in settings else None,
         use_agent=get("identityagent", "SSH_AUTH_SOCK") != "none",
         server_alive_s=float(alive) if alive.isdigit() else 0.0,
+        server_alive_count=int(alive_count) if alive_count.isdigit() else 3,
     )
 
 

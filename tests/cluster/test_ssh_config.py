@@ -5,6 +5,7 @@ certificate, and `--setup` shaping the environment tasks see."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from dtrain.transport import sshconfig
 from dtrain.transport.options import SshOptions
 from dtrain.transport.ssh import SshTransport
 from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster
+from tests.cluster.test_launch_ssh import assert_nothing_left, wait_running
 from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
 
 BY_TASK = program("by_task.py")
@@ -77,6 +79,31 @@ def test_resolution_equals_openssh_for_every_host_and_a_launch_works(
     result = launch(cluster, config, hosts, tmp_path, "-n", "3", "-s", "0", "--", PYTHON, BY_TASK)
     assert result.returncode == 0, result.stderr
     assert "ready worker.2" in result.stdout
+
+
+def test_server_alive_settings_set_the_heartbeat_timeout_of_their_host(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """ServerAliveInterval 1, CountMax 3 for w3 alone: w3 silenced is lost after 3s, not
+    the default 15s, and its tasks stop themselves after the same lease."""
+    config = resolution_config(cluster, tmp_path)
+    with config.open("a") as text:
+        text.write("Host w3\n  ServerAliveInterval 1\n  ServerAliveCountMax 3\n")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"w{h.index}\n" for h in cluster.hosts))
+    args = ["launch", "-H", str(hosts), "--ssh-config", str(config), "--grace", "1"]
+    proc = start_dtrain([*args, "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path)
+    try:
+        job = wait_running(tmp_path, 4)  # the scheduler and three workers
+        cluster.partition("h3")
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 255, stderr
+        assert re.search(r"worker\.2@w3 was lost: no heartbeat from w3 for [34]s", stderr), stderr
+        assert_nothing_left(cluster, job, within_s=3 + 1 + 3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def bastion(cluster: Cluster, tmp_path: Path, how: str) -> tuple[Path, Path]:

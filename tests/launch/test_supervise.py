@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -164,6 +164,7 @@ class Job:
         clock: FakeClock,
         timeout_s: float | None = None,
         stacks: StackTaker | None = None,
+        host_leases: Mapping[str, float] | None = None,
     ) -> None:
         self.plan = plan
         self.clock = clock
@@ -177,7 +178,11 @@ class Job:
             log_dir,
             self.console,
             SupervisorOptions(
-                grace_s=GRACE_S, timeout_s=timeout_s, lease_s=LEASE_S, linger_s=LINGER_S
+                grace_s=GRACE_S,
+                timeout_s=timeout_s,
+                lease_s=LEASE_S,
+                host_leases=host_leases or {},
+                linger_s=LINGER_S,
             ),
             clock=clock,
             stacks=stacks,
@@ -495,6 +500,25 @@ def test_a_host_silent_for_longer_than_the_lease_is_lost_with_exit_code_255(job:
     assert lost.describe() == (
         "was lost: no heartbeat from h2 for 16s (host down or network partitioned)"
     )
+
+
+def test_a_host_with_its_own_lease_is_lost_after_that_lease_and_the_others_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    job = Job(plan_for(), tmp_path, FakeClock(), host_leases={"h2": 4.0})
+    job.start_all()
+    job.advance_to(1.0)
+    job.sessions["h1"].go_silent()
+    job.sessions["h2"].go_silent()
+    job.advance_to(4.9)
+    assert job.exit_of("worker.1") is None
+    job.advance_to(5.2)
+    lost = job.exit_of("worker.1")
+    assert lost is not None and lost.reason == "lost"
+    assert lost.detail == "no heartbeat from h2 for 4s (host down or network partitioned)"
+    assert job.exit_of("worker.0") is None  # h1 keeps the common lease
+    for run in job.supervisor.runs.values():
+        run.log.close()
 
 
 @pytest.mark.parametrize(

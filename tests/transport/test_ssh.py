@@ -287,3 +287,21 @@ def test_with_openssh_tokens_and_include_resolve_as_ssh_does(tmp_path: Path) -> 
     target = transport_for(tmp_path, text, use_openssh=True).target(Host(name="n1"))
     assert (target.hostname, target.user) == ("198.18.0.11", "bob")
     assert target.proxy_command == "ssh -W 198.18.0.11:22 -l bob gate"
+
+
+@pytest.mark.parametrize("use_openssh", [False, True])
+@pytest.mark.parametrize(
+    ("lines", "limit"),
+    [
+        ("", None),
+        ("  ServerAliveInterval 0\n", None),  # OpenSSH's "off"
+        ("  ServerAliveInterval 2\n", 6.0),  # ServerAliveCountMax defaults to 3
+        ("  ServerAliveInterval 2\n  ServerAliveCountMax 2\n", 4.0),
+    ],
+)
+def test_server_alive_settings_give_the_silence_a_host_may_keep(
+    tmp_path: Path, use_openssh: bool, lines: str, limit: float | None
+) -> None:
+    text = f"Host n1\n  HostName 198.18.0.11\n{lines}"
+    target = transport_for(tmp_path, text, use_openssh=use_openssh).target(Host(name="n1"))
+    assert target.silence_limit_s == limit
