@@ -60,6 +60,7 @@ class SshTarget:
     certificate_files: tuple[str, ...] = ()
     host_key_alias: str | None = None
     use_agent: bool = True
+    agent_socket: str | None = None  # IdentityAgent's socket; None: the one SSH_AUTH_SOCK names
     server_alive_s: float = 0.0
     server_alive_count: int = 3
 
@@ -243,6 +244,8 @@ def resolve_target(
             os.path.expanduser(p) for p in found.get("certificatefile", "").split()
         ),
         host_key_alias=found.get("hostkeyalias"),
+        use_agent=found.get("identityagent", "SSH_AUTH_SOCK") != "none",
+        agent_socket=agent_socket(found.get("identityagent", "SSH_AUTH_SOCK")),
         server_alive_s=_config_number(host, found, "ServerAliveInterval", options, 0),
         server_alive_count=int(_config_number(host, found, "ServerAliveCountMax", options, 3)),
     )
@@ -269,6 +272,31 @@ def _refuse_unread(host: Host, found: paramiko.SSHConfigDict, options: SshOption
             hint="install the OpenSSH client (dtrain then resolves hosts with `ssh -G`), or "
             f"write {host.name}'s settings out without {keyword}",
         )
+
+
+def agent_socket(identity_agent: str) -> str | None:
+    """The socket an IdentityAgent value names (`~` and `$VAR` expanded, as OpenSSH does), or
+    None for `none`, `SSH_AUTH_SOCK` and the very socket SSH_AUTH_SOCK names."""
+    if identity_agent in ("none", "SSH_AUTH_SOCK"):
+        return None
+    path = os.path.expanduser(os.path.expandvars(identity_agent))
+    return None if path == os.environ.get("SSH_AUTH_SOCK") else path
+
+
+class _SocketAgent(paramiko.Agent):
+    """The ssh-agent listening at an IdentityAgent path (paramiko's own Agent knows only
+    SSH_AUTH_SOCK). Like OpenSSH, an agent that is not there is skipped, not an error."""
+
+    def __init__(self, path: str) -> None:
+        paramiko.agent.AgentSSH.__init__(self)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(path)
+        except OSError as exc:
+            conn.close()
+            logger.debug("IdentityAgent %s: %s; going on without it", path, exc)
+            return
+        self._connect(conn)  # type: ignore[attr-defined]  # not in paramiko's stubs
 
 
 def openssh_target(
@@ -312,6 +340,11 @@ def openssh_target(
         certificate_files=paths("certificatefile"),
         host_key_alias=get("hostkeyalias", "none") if "hostkeyalias" in settings else None,
         use_agent=get("identityagent", "SSH_AUTH_SOCK") != "none",
+        agent_socket=agent_socket(
+            sshconfig.expand_tokens(
+                get("identityagent", "SSH_AUTH_SOCK"), settings, host.name, local
+            )
+        ),
         server_alive_s=float(alive) if alive.isdigit() else 0.0,
         server_alive_count=int(alive_count) if alive_count.isdigit() else 3,
     )
@@ -707,6 +740,10 @@ class SshTransport:
         first: bytes | None,
     ) -> None:
         identities = [p for p in target.identity_files if os.path.exists(p)]
+        allow_agent = target.use_agent and not target.identities_only
+        if allow_agent and target.agent_socket is not None:
+            # connect() asks `_agent` for keys (Agent() otherwise); not in paramiko's stubs
+            client._agent = _SocketAgent(target.agent_socket)  # type: ignore[attr-defined]
         # HostKeyAlias: OpenSSH looks the host key up under the alias, without a port
         try:
             client.connect(
@@ -720,7 +757,7 @@ class SshTransport:
                 auth_timeout=target.connect_timeout_s,
                 key_filename=identities or None,  # type: ignore[arg-type]
                 look_for_keys=not target.identity_files,
-                allow_agent=target.use_agent and not target.identities_only,
+                allow_agent=allow_agent,
                 passphrase=None,
                 transport_factory=_Transport,  # type: ignore[arg-type]  # stubs lag paramiko
             )

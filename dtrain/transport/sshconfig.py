@@ -120,12 +120,6 @@ def refused_settings(settings: Settings) -> list[tuple[str, str, str]]:
                 "with ControlMaster no the connection is meant to reuse a master dtrain cannot use",
             )
         )
-    agent = one(settings, "identityagent", "SSH_AUTH_SOCK")
-    named = os.path.expanduser(os.path.expandvars(agent))  # `$SSH_AUTH_SOCK`, `~/...`
-    if agent not in ("none", "SSH_AUTH_SOCK") and named != os.environ.get("SSH_AUTH_SOCK"):
-        refused.append(
-            ("IdentityAgent", agent, "dtrain reaches only the agent SSH_AUTH_SOCK names")
-        )
     return refused
 
 

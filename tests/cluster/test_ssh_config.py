@@ -234,6 +234,47 @@ def test_a_user_certificate_alone_gets_in(cluster: Cluster, tmp_path: Path) -> N
     assert refused.returncode != 0 and "refused our keys" in refused.stderr
 
 
+def test_a_key_held_only_by_the_agent_identityagent_names_gets_in(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A key in an ssh-agent on its own socket (as 1Password's or a hardware agent's), not
+    the one SSH_AUTH_SOCK names: IdentityAgent reaches it; no agent there, no way in."""
+    user = tmp_path / "agent_key"
+    subprocess.run(["ssh-keygen", "-q", "-N", "", "-t", "ed25519", "-f", str(user)], check=True)
+    authorized = tmp_path / "authorized_keys"
+    shutil.copy(f"{user}.pub", authorized)
+    for h in cluster.hosts:  # only the agent's key is authorized, not the suite's
+        cluster.sshd_override(h, f"AuthorizedKeysFile {authorized}")
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert time.monotonic() < deadline, "ssh-agent did not start"
+            time.sleep(0.05)
+        env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+        subprocess.run(
+            ["ssh-add", "-q", str(user)], env={**env, "SSH_AUTH_SOCK": str(sock)}, check=True
+        )
+        user.unlink()  # the agent holds the only copy
+        hosts = cluster.hosts_file()
+        for agent_path, works in ((sock, True), (tmp_path / "no-agent.sock", False)):
+            config = tmp_path / f"ssh_config_{works}"
+            config.write_text(
+                f"Host h*\n  IdentitiesOnly no\n  IdentityAgent {agent_path}\n"
+                f"Include {cluster.ssh_config}\n"
+            )
+            args = ["launch", "-H", str(hosts), "--ssh-config", str(config)]
+            result = run_dtrain([*args, "-n", "3", "-s", "0", "--", "true"], tmp_path, env=env)
+            if works:
+                assert result.returncode == 0, result.stderr
+            else:
+                assert result.returncode != 0 and "refused our keys" in result.stderr
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
 def test_setup_activates_a_shared_venv_and_job_variables_still_win(
     cluster: Cluster, tmp_path: Path
 ) -> None:
