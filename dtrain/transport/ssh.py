@@ -2,8 +2,8 @@
 
 Settings come from `~/.ssh/config` then `/etc/ssh/ssh_config`, or only `--ssh-config FILE` (like
 `ssh -F`). Host keys are checked against known_hosts; an unknown key fails (or is recorded with
-accept-new), a changed key always fails. Nothing ever prompts. The only module that imports
-paramiko; imported only when a job has remote hosts, because paramiko takes 0.1 s to import.
+accept-new), a changed key fails (but for StrictHostKeyChecking no, as OpenSSH). Nothing ever
+prompts. paramiko (through sshlib) is imported only when a job has remote hosts: it takes 0.1 s.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def resolve_target(
         identity_files=identities,
         identities_only=found.get("identitiesonly", "no").lower() == "yes",
         known_hosts_files=known_files,
-        strict_host_keys=found.get("stricthostkeychecking", "ask").lower(),
+        strict_host_keys=strictness(found.get("stricthostkeychecking", "ask")),
         connect_timeout_s=timeout,
         proxy_jump=None if jump in (None, "none") else jump,
         proxy_command=None
@@ -272,6 +272,13 @@ def _refuse_unread(host: Host, found: paramiko.SSHConfigDict, options: SshOption
             hint="install the OpenSSH client (dtrain then resolves hosts with `ssh -G`), or "
             f"write {host.name}'s settings out without {keyword}",
         )
+
+
+def strictness(value: str) -> str:
+    """StrictHostKeyChecking as one word: yes, no, accept-new or ask (`ssh -G` prints yes and
+    no as true and false; OpenSSH also takes off)."""
+    value = value.lower()
+    return {"true": "yes", "false": "no", "off": "no"}.get(value, value)
 
 
 def agent_socket(identity_agent: str) -> str | None:
@@ -331,7 +338,7 @@ def openssh_target(
         identity_files=paths("identityfile"),
         identities_only=get("identitiesonly", "no") in ("yes", "true"),
         known_hosts_files=known or (os.path.join(options.user_config_dir, "known_hosts"),),
-        strict_host_keys=get("stricthostkeychecking", "ask").lower(),
+        strict_host_keys=strictness(get("stricthostkeychecking", "ask")),
         connect_timeout_s=timeout,
         proxy_jump=None if jump == "none" else jump,
         proxy_command=None
@@ -441,17 +448,34 @@ def _handshake_failure(
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Unknown keys fail, or with accept-new are recorded; changed keys always fail (paramiko)."""
+    """Unknown keys fail, or with accept-new are recorded; changed keys fail (paramiko checks
+    them before asking here). With `trusting` (StrictHostKeyChecking no) the client knows no
+    key, so every key comes here: as OpenSSH does, a changed one is let through with a
+    warning, an unknown one recorded."""
 
     _record_lock = threading.Lock()
 
-    def __init__(self, accept_new: bool, record_file: str) -> None:
+    def __init__(
+        self, accept_new: bool, record_file: str, trusting: paramiko.HostKeys | None = None
+    ) -> None:
         self.accept_new = accept_new
         self.record_file = record_file
+        self.trusting = trusting
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        known = self.trusting.lookup(hostname) if self.trusting is not None else None
+        if known is not None and key.get_name() in known:
+            if known[key.get_name()] != key:
+                logger.warning(
+                    "HOST KEY CHANGED for %s: it presents %s %s; connecting anyway, because "
+                    "its ssh config says StrictHostKeyChecking no",
+                    hostname,
+                    key.get_name(),
+                    fingerprint(key),
+                )
+            return
         if not self.accept_new:
             raise UnknownHostKey(hostname, key)
         client.get_host_keys().add(hostname, key.get_name(), key)
@@ -704,15 +728,19 @@ class SshTransport:
 
     def _connect(self, target: SshTarget) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
+        no_check = target.strict_host_keys == "no"
+        trusting = (
+            paramiko.HostKeys() if no_check and not self.options.accept_new_host_keys else None
+        )
         for path in target.known_hosts_files:
             if os.path.exists(path):
-                client.load_system_host_keys(path)
-        accept_new = self.options.accept_new_host_keys or target.strict_host_keys in (
-            "accept-new",
-            "no",
-            "off",
-        )
-        client.set_missing_host_key_policy(_HostKeyPolicy(accept_new, target.known_hosts_files[0]))
+                if trusting is not None:
+                    trusting.load(path)  # the policy compares; the client checks nothing
+                else:
+                    client.load_system_host_keys(path)
+        accept_new = self.options.accept_new_host_keys or target.strict_host_keys == "accept-new"
+        policy = _HostKeyPolicy(accept_new or no_check, target.known_hosts_files[0], trusting)
+        client.set_missing_host_key_policy(policy)
         sock = self._open_socket(target)
         try:
             first = None

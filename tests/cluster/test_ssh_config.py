@@ -275,6 +275,27 @@ def test_a_key_held_only_by_the_agent_identityagent_names_gets_in(
         agent.wait(timeout=10)
 
 
+def test_strict_host_key_checking_no_connects_through_a_changed_key_as_openssh_does(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """`no` lets a changed key through with a warning and records an unknown one; the
+    suite's own `yes` still refuses the changed key."""
+    cluster.rotate_host_key("h2")
+    cluster.forget_host_key("h1")
+    before = cluster.known_hosts.read_text()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host h*\n  StrictHostKeyChecking no\nInclude {cluster.ssh_config}\n")
+    hosts = cluster.hosts_file()
+    result = launch(cluster, config, hosts, tmp_path, "-n", "3", "-s", "0", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "HOST KEY CHANGED for 198.18.0.12" in result.stderr
+    after = cluster.known_hosts.read_text()
+    assert after.startswith(before) and "198.18.0.11 " in after[len(before) :]
+    assert "198.18.0.12" not in after[len(before) :]  # the changed key is not recorded
+    strict = launch(cluster, cluster.ssh_config, hosts, tmp_path, "-n", "3", "--", "true")
+    assert strict.returncode == 3 and "HOST KEY CHANGED" in strict.stderr
+
+
 def test_setup_activates_a_shared_venv_and_job_variables_still_win(
     cluster: Cluster, tmp_path: Path
 ) -> None:

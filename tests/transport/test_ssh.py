@@ -305,3 +305,16 @@ def test_server_alive_settings_give_the_silence_a_host_may_keep(
     text = f"Host n1\n  HostName 198.18.0.11\n{lines}"
     target = transport_for(tmp_path, text, use_openssh=use_openssh).target(Host(name="n1"))
     assert target.silence_limit_s == limit
+
+
+@pytest.mark.parametrize("use_openssh", [False, True])
+@pytest.mark.parametrize(
+    ("value", "word"),
+    [("yes", "yes"), ("no", "no"), ("off", "no"), ("accept-new", "accept-new"), ("ask", "ask")],
+)
+def test_strict_host_key_checking_reads_the_same_with_or_without_openssh(
+    tmp_path: Path, use_openssh: bool, value: str, word: str
+) -> None:
+    text = f"Host n1\n  HostName 198.18.0.11\n  StrictHostKeyChecking {value}\n"
+    target = transport_for(tmp_path, text, use_openssh=use_openssh).target(Host(name="n1"))
+    assert target.strict_host_keys == word
