@@ -337,20 +337,6 @@ def test_a_failing_setup_on_one_host_starts_nothing_and_names_it(
     assert "ready" not in result.stdout  # no task ran anywhere
 
 
-def test_setup_costs_only_its_commands_launch_time(cluster: Cluster, tmp_path: Path) -> None:
-    """Launch time with and without a trivial --setup, interleaved; printed, never judged."""
-    base = ["launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
-    times: dict[str, list[float]] = {"plain": [], "setup": []}
-    for _ in range(3):
-        for kind in times:
-            extra = ["--setup", "export DTRAIN_SETUP_PROBE=1"] if kind == "setup" else []
-            started = time.monotonic()
-            result = run_dtrain([*base, *extra, "-n", "3", "-s", "0", "--", "true"], tmp_path)
-            times[kind].append(time.monotonic() - started)
-            assert result.returncode == 0, result.stderr
-    print({k: sorted(v) for k, v in times.items()})
-
-
 def test_doctor_runs_the_same_setup_first(cluster: Cluster, tmp_path: Path) -> None:
     base = ["doctor", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
     setup_file = tmp_path / "setup.sh"
