@@ -194,8 +194,11 @@ class JobFile:
         with contextlib.suppress(FileNotFoundError):
             self.reserve_path.unlink()
 
-    def write(self, document: Mapping[str, Any], *, final: bool = False) -> None:
-        """Replace job.json; with `final`, also drop the reserve. Raises OSError if it cannot."""
+    def write(
+        self, document: Mapping[str, Any], *, final: bool = False, use_reserve: bool = True
+    ) -> None:
+        """Replace job.json; with `final`, also drop the reserve. Raises OSError if it cannot
+        (at once without `use_reserve`: the reserve is kept for the final document)."""
         data = (json.dumps(document, indent=2) + "\n").encode()
         temporary = self.paths.dir / f".{JOB_FILE}.{os.getpid()}.tmp"
         try:
@@ -203,7 +206,7 @@ class JobFile:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 temporary.unlink()
-            if exc.errno not in DISK_FULL or not self.reserve_path.exists():
+            if exc.errno not in DISK_FULL or not use_reserve or not self.reserve_path.exists():
                 raise
             logger.debug("job.json does not fit (%s): using its reserve", exc)
             self.release()
@@ -230,6 +233,18 @@ class JobFile:
         size = len(json.dumps(document, indent=2))
         self.reserve(BASE_RESERVE_BYTES + 2 * size + RESERVE_PER_TASK_BYTES * len(plan.tasks))
         self.write(document)
+        self.document = document
+
+    def tasks_started(self) -> None:
+        """Every task was accepted and started on every host: job.json says when, so a job
+        that got that far can be told from one that died starting. Best effort: a full disk
+        skips it and keeps the reserve for the final document."""
+        document = {**self.document, "tasks_started_at": time.time()}
+        try:
+            self.write(document, use_reserve=False)
+        except OSError as exc:
+            logger.debug("job.json: tasks_started_at not written (%s)", exc)
+            return
         self.document = document
 
     def finish(self, state: str, result: Mapping[str, Any]) -> None:

@@ -246,6 +246,7 @@ class Launch:
                     ops.start(sessions, REQUEST_TIMEOUT_S).raise_if_failed(
                         "starting the tasks", outcome="the tasks that did start were stopped"
                     )
+                    job_file.tasks_started()
                     phase("tasks started")
                     result = supervisor.run()
                 self._record(job_file, result)

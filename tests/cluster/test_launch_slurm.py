@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import PYTHON, ROOT, dtrain_argv, program, wait_gone
 
 from .slurmcluster import SlurmCluster
+from .test_launch_ssh import tasks_started
 from .test_slurmcluster import pids_marked, wait_for
 
 BY_TASK = program("by_task.py")
@@ -182,6 +183,7 @@ def running_tasks(cwd: Path, count: int) -> list[int]:
         return sum("ready" in text for text in texts)
 
     wait_for(lambda: ready() >= count, 60, f"{count} tasks' ready line")
+    wait_for(lambda: tasks_started(logs / "latest"), 30, "the launcher's word that all started")
     pids = pids_marked(f"DTRAIN_JOB_ID={job_id}")
     assert len(pids) >= count, f"{len(pids)} processes carry the job's tag, {count} expected"
     return pids

@@ -71,14 +71,23 @@ def cluster_tasks(cluster: Cluster, job: str | None = None) -> list[int]:
     return [pid for pid in tagged if pid in on_hosts]
 
 
+def tasks_started(job_dir: Path) -> bool:
+    """Whether the launcher has every host's word that its tasks started (job.json says so)."""
+    try:
+        return "tasks_started_at" in json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def wait_running(cwd: Path, count: int, timeout_s: float = 30) -> str:
-    """Wait until `count` tasks of the newest job are alive somewhere; return the job id."""
+    """Wait until `count` tasks of the newest job are alive somewhere and the launcher knows
+    they all started (a fault injected before that is a failure to start); return the job id."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         link = cwd / "dtrain-logs" / "latest"
         if link.exists():
             job = link.resolve().name
-            if len(job_pids(job)) >= count:
+            if len(job_pids(job)) >= count and tasks_started(link.resolve()):
                 return job
         time.sleep(0.05)
     raise AssertionError(f"{count} tasks did not start within {timeout_s}s")

@@ -132,6 +132,8 @@ def test_job_directory_is_0700_and_every_file_in_it_0600(workdir: Path) -> None:
     assert {p.name for p in files} >= {"job.json", "worker.0.log", "server.0.log"}
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
     assert "s3cret" in (job_dir / "job.json").read_text()  # private, so it may hold it
+    document = json.loads((job_dir / "job.json").read_text())
+    assert document["started_at"] <= document["tasks_started_at"]  # every task got going
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="mounting a small tmpfs needs root")
