@@ -304,14 +304,19 @@ def test_ps_stacks_kill_and_doctor_inside_the_allocation_work_on_its_nodes_throu
         assert isinstance(engine, dict)
         env = allocation_env(slurm, str(engine["job_id"]))
         job = (tmp_path / "dtrain-logs" / "latest").resolve().name
-        ps = subprocess.run(
-            dtrain_argv("ps", "--job", job, "--json"),
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+
+        def inside(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+            """`dtrain ARGS` from a shell inside the allocation."""
+            return subprocess.run(
+                dtrain_argv(*args),
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+
+        ps = inside("ps", "--job", job, "--json")
         assert ps.returncode == 0, ps.stderr
         found = json.loads(ps.stdout)["data"]
         tasks = sorted(
@@ -324,38 +329,17 @@ def test_ps_stacks_kill_and_doctor_inside_the_allocation_work_on_its_nodes_throu
             "worker.1",
             "worker.2",
         ], found
-        doctor = subprocess.run(
-            dtrain_argv("doctor", "--json", "--", PYTHON, "-c", "pass"),
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
+        doctor = inside("doctor", "--json", "--", PYTHON, "-c", "pass", timeout_s=90)
         report = json.loads(doctor.stdout)
         assert doctor.returncode == 0, doctor.stdout[-3000:]
         ssh = {r["host"]: r["detail"] for r in report["data"]["results"] if r["check"] == "ssh"}
         assert ssh["h1"].startswith("not used: reached through Slurm job"), ssh
         hosts = {h["name"] for h in report["data"]["hosts"]}
         assert {"h1", "h2", "h3"} <= hosts, report
-        stacks = subprocess.run(
-            dtrain_argv("stacks", "--job", job),
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        stacks = inside("stacks", "--job", job)
         assert stacks.returncode == 0, stacks.stderr
         assert stacks.stdout.startswith("5 tasks (scheduler@h1, "), stacks.stdout
-        kill = subprocess.run(
-            dtrain_argv("kill", "--job", job),
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        kill = inside("kill", "--job", job)
         assert kill.returncode == 0, kill.stderr
         _, err = popen.communicate(timeout=60)
         assert popen.returncode != 0
