@@ -291,18 +291,34 @@ def allocation_env(slurm: SlurmCluster, job_id: str) -> dict[str, str]:
     return {**slurm.client_env(), "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "h[1-3]"}
 
 
+def hold_allocation(slurm: SlurmCluster, nodes: int) -> str:
+    """An allocation of `nodes` nodes that outlives any one command in it, as an interactive
+    `salloc` shell's does (`salloc --no-shell`); its job id. The caller scancels it."""
+    slurm.run(["salloc", f"-N{nodes}", "--no-shell"], check=True)
+    return slurm_jobs(slurm).split()[0]
+
+
 def test_ps_stacks_kill_and_doctor_inside_the_allocation_work_on_its_nodes_through_slurm(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    popen = spawn_in_salloc(
-        slurm, 3, ["launch", "-n", "3", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    # The launch and the commands after it run from shells of one allocation, so the
+    # allocation does not end with the launch (under `salloc dtrain launch` it would, and
+    # with it the kill's own step, while the kill still reports).
+    allocation = hold_allocation(slurm, 3)
+    env = allocation_env(slurm, allocation)
+    popen = subprocess.Popen(
+        dtrain_argv("launch", "-n", "3", "-s", "1", "--", PYTHON, BY_TASK, "*=sleep"),
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         pids = running_tasks(tmp_path, 5)
-        document = job_of(tmp_path)
-        engine = document["engine"]
-        assert isinstance(engine, dict)
-        env = allocation_env(slurm, str(engine["job_id"]))
+        engine = job_of(tmp_path)["engine"]
+        assert isinstance(engine, dict) and str(engine["job_id"]) == allocation
         job = (tmp_path / "dtrain-logs" / "latest").resolve().name
 
         def inside(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -349,6 +365,7 @@ def test_ps_stacks_kill_and_doctor_inside_the_allocation_work_on_its_nodes_throu
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+        slurm.scancel(allocation)
 
 
 def test_a_lost_node_is_named_and_the_rest_of_the_job_stopped(
