@@ -868,6 +868,7 @@ def ps_command(
         results,
         sweep,  # only ps/kill/doctor need them: launch starts faster
     )
+    from dtrain.render import processes as shown
 
     root = joblog.check_root(log_dir)
     where = where_to_run(launcher, hostfile, os.environ)
@@ -884,7 +885,7 @@ def ps_command(
     ages = {j: joblog.output_ages(root, j, time.time()) for j in jobs}
     scans = [results.with_output_ages(scan, ages) for scan in found.values()]
     outcome = results.scan_outcome(scans)
-    text, data = render.ps_text(scans, dead), render.ps_data(scans, job, dead)
+    text, data = shown.ps_text(scans, dead), shown.ps_data(scans, job, dead)
     finish_sweep("ps", as_json, outcome, text, data)
 
 
@@ -931,6 +932,7 @@ def kill_command(
       dtrain kill --dry-run
     """
     from dtrain.processes import results, sweep
+    from dtrain.render import processes as shown
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     where = where_to_run(launcher, hostfile, os.environ)
@@ -946,8 +948,8 @@ def kill_command(
         ).values()
     )
     outcome = results.kill_outcome(kills)
-    data = render.kill_data(kills, job, grace, dry_run)
-    finish_sweep("kill", as_json, outcome, render.kill_text(kills), data)
+    data = shown.kill_data(kills, job, grace, dry_run)
+    finish_sweep("kill", as_json, outcome, shown.kill_text(kills), data)
 
 
 @cli.command("stacks", context_settings=CONTEXT)
@@ -997,6 +999,7 @@ def stacks_command(
       dtrain stacks -H hosts --native --json
     """
     from dtrain.processes import stacks
+    from dtrain.render import processes as shown
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     root = joblog.check_root(log_dir)
@@ -1013,13 +1016,13 @@ def stacks_command(
     report = stacks.with_files(report, root, datetime.now().strftime("%Y%m%d-%H%M%S"))
     if as_json:
         document = render.envelope(
-            "stacks", report.exit_code, render.stacks_data(report), report.problems, report.status
+            "stacks", report.exit_code, shown.stacks_data(report), report.problems, report.status
         )
         emit_json(document)
         if report.exit_code:
             raise SystemExit(report.exit_code)
         return
-    click.echo(render.stacks_text(report), nl=False)
+    click.echo(shown.stacks_text(report), nl=False)
     if report.exit_code:
         raise DtrainError(report.headline, problems=report.problems, exit_code=report.exit_code)
 
@@ -1082,6 +1085,7 @@ def doctor(
       dtrain doctor -H hosts --port 9091 --sync-dst-dir /data/job --json -- python train.py
     """
     from dtrain.doctor import gather
+    from dtrain.render import doctor as shown
 
     where = where_to_run(launcher, hostfile, os.environ)
     request = gather.DoctorRequest(
@@ -1103,7 +1107,7 @@ def doctor(
         problems = [r.to_problem() for r in report.failures]
         emit_json(render.envelope("doctor", report.exit_code, report.to_dict(), problems))
     else:
-        click.echo(render.doctor_text(report), nl=False)
+        click.echo(shown.doctor_text(report), nl=False)
     if report.exit_code:
         raise SystemExit(report.exit_code)
 

@@ -13,6 +13,8 @@ PURE = [
     "dtrain.plan.frameworks",
     "dtrain.launch.results",
     "dtrain.render",
+    "dtrain.render.processes",
+    "dtrain.render.doctor",
     "dtrain.processes.results",
     "dtrain.processes.stackgroups",
     "dtrain.doctor.parity",
@@ -35,6 +37,17 @@ def test_local_launch_does_not_import_paramiko() -> None:
     code = "import sys, dtrain.cli, dtrain.launch.lifecycle; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_launch_imports_nothing_only_ps_stacks_or_doctor_need() -> None:
+    """What `dtrain launch` imports is on every launch's critical path (see render/__init__)."""
+    only_others = ["dtrain.doctor.judge", "dtrain.processes.stackgroups", "dtrain.render.doctor"]
+    code = (
+        "import sys, dtrain.cli, dtrain.launch.lifecycle, dtrain.transport.ssh\n"
+        f"print([m for m in {only_others!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_remote_agent_sources_are_python36_syntax() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtrain import render
 from dtrain.doctor.judge import (
     CHECKS,
     Connect,
@@ -18,6 +17,7 @@ from dtrain.doctor.judge import (
 )
 from dtrain.errors import Problem
 from dtrain.processes.results import HostScan, JobProcess
+from dtrain.render import doctor as render
 
 PY = "/opt/py/bin/python3"
 

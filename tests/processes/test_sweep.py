@@ -33,7 +33,7 @@ from dtrain.processes.results import (
     scan_outcome,
 )
 from dtrain.remote import procs, proto
-from dtrain.render import cpu_text, duration_text, kill_text, ps_text, size_text
+from dtrain.render.processes import cpu_text, duration_text, kill_text, ps_text, size_text
 from tests.conftest import (
     PYTHON,
     job_pids,
