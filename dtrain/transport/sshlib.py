@@ -1,17 +1,23 @@
-"""paramiko as dtrain uses it: without `invoke` until a `Match exec` needs it; a cheaper buffer.
+"""paramiko as dtrain uses it: without `invoke` until a `Match exec` needs it, without
+`importlib.metadata`; a cheaper buffer.
 
 paramiko.config imports `invoke` (when installed) only to run `Match exec` commands; that import
 is ~45 ms of every launch's critical path before the first connection. Here paramiko is imported
 with `invoke` held back, and paramiko.config is given a stand-in that imports the real `invoke`
-the first time a `Match exec` line is evaluated. Import paramiko from here.
+the first time a `Match exec` line is evaluated. paramiko's `__init__` also imports
+`importlib.metadata` (~15-40 ms: the email package comes with it) only to read its own version;
+while it imports, a stand-in answers that from the name of paramiko's `.dist-info` directory.
+Import paramiko from here.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 import time
+import types
 from typing import Any
 
 
@@ -22,16 +28,44 @@ class LazyInvoke:
         return getattr(importlib.import_module("invoke"), name)
 
 
+def distribution_version(name: str) -> str:
+    """A distribution's version from its `NAME-VERSION.dist-info` (or `.egg-info`) directory on
+    sys.path, as importlib.metadata.version would find it; else from importlib.metadata itself."""
+    prefix = name.lower().replace("-", "_") + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for found in names:
+            stem, dot, kind = found.rpartition(".")
+            if dot and kind in ("dist-info", "egg-info") and stem.lower().startswith(prefix):
+                return stem[len(prefix) :].split("-")[0]
+    if sys.modules.get("importlib.metadata") is _METADATA_STAND_IN:
+        del sys.modules["importlib.metadata"]
+    version: str = importlib.import_module("importlib.metadata").version(name)
+    return version
+
+
+_METADATA_STAND_IN = types.ModuleType(
+    "importlib.metadata", "answers version() while paramiko imports"
+)
+setattr(_METADATA_STAND_IN, "version", distribution_version)  # noqa: B010 - a module's function
 _HELD_BACK = "invoke" not in sys.modules
+_METADATA_HELD_BACK = "importlib.metadata" not in sys.modules
 if _HELD_BACK:
     sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` -> ImportError
+if _METADATA_HELD_BACK:
+    sys.modules["importlib.metadata"] = _METADATA_STAND_IN
 try:
-    import paramiko as paramiko  # after holding back invoke
+    import paramiko as paramiko  # after holding back invoke and importlib.metadata
     import paramiko.buffered_pipe
     import paramiko.config
 finally:
     if _HELD_BACK and "invoke" in sys.modules and sys.modules["invoke"] is None:
         del sys.modules["invoke"]
+    if sys.modules.get("importlib.metadata") is _METADATA_STAND_IN:
+        del sys.modules["importlib.metadata"]
 if getattr(paramiko.config, "invoke", 0) is None:
     setattr(paramiko.config, "invoke", LazyInvoke())  # noqa: B010 - not in paramiko's stubs
 

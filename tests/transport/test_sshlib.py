@@ -1,4 +1,5 @@
-"""paramiko without `invoke` on the launch path, and `Match exec` still working."""
+"""paramiko without `invoke` or `importlib.metadata` on the launch path, and `Match exec` still
+working."""
 
 from __future__ import annotations
 
@@ -67,3 +68,24 @@ def test_a_read_waits_for_all_it_asked_for() -> None:
     feeder.start()
     assert buffer.read(100_000, timeout=30) == b"x" * 100_000
     feeder.join()
+
+
+def test_paramiko_knows_its_version_without_importlib_metadata_on_the_launch_path() -> None:
+    code = (
+        "import sys, dtrain.transport.ssh\n"
+        "from dtrain.transport.sshlib import paramiko\n"
+        "held_back = 'importlib.metadata' not in sys.modules\n"
+        "from importlib import metadata\n"
+        "print(held_back, paramiko.__version__ == metadata.version('paramiko'))\n"
+    )
+    assert run_python(code) == "True True"
+
+
+def test_versions_agree_with_importlib_metadata_and_an_unknown_name_raises_as_it_does() -> None:
+    from importlib import metadata
+
+    from dtrain.transport.sshlib import distribution_version
+
+    assert distribution_version("pytest") == metadata.version("pytest")
+    with pytest.raises(metadata.PackageNotFoundError):
+        distribution_version("no-such-distribution-here")
