@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for folder in args.base:
         names.append(f"dtrain-{folder.name}")
         builders[names[-1]] = with_pythonpath(folder.resolve())
+        launchers.compile_dtrain(folder.resolve())
     names += [p for p in args.peers.split(",") if p in ("pdsh", "ssh")]
     if args.scenario == "log":
         names = [n for n in names if n != "pdsh"]

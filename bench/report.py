@@ -555,7 +555,12 @@ class Report:
                 + (f"{secs(paramiko - python)}" if paramiko is not None else "its own import")
                 + " on the critical path (`paramiko/__init__` imports every module; dtrain holds "
                 "back `invoke`, which `paramiko.config` imports only for `Match exec`, until a "
-                "config needs it: `dtrain/transport/sshlib.py`). Starting that import "
+                "config needs it, and `importlib.metadata`, which `paramiko/__init__` imports "
+                "only to read its own version: `dtrain/transport/sshlib.py`). What only later "
+                "steps need (the preflight's doctor modules, the stack taker) loads in a thread "
+                "while the hosts boot their agents (`import_in_background`, "
+                "`dtrain/launch/lifecycle.py`), and ps, kill, stacks and doctor render from "
+                "their own modules (`dtrain/render/`). Starting paramiko's import "
                 "in a thread as the first thing `dtrain launch` does would hide only the little "
                 "work that precedes the first connect; the floor of a Python launcher on this "
                 "machine is about a third of a second."

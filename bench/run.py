@@ -161,6 +161,8 @@ def cluster_session(
     """A fresh cluster with the bashrc mode applied; always torn down."""
     from tests.cluster.netcluster import Cluster
 
+    launchers.compile_dtrain(REPO)
+
     cluster = Cluster(n_hosts or settings.max_hosts)
     cluster.start()  # waits (bounded) for the machine-wide cluster lock
     started = time.monotonic()

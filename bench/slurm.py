@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import hostprocs  # noqa: E402
-from bench.launchers import task_argv  # noqa: E402
+from bench.launchers import compile_dtrain, task_argv  # noqa: E402
 from tests.cluster.netcluster import Cluster, assert_routes_to_bridge  # noqa: E402
 from tests.cluster.slurmcluster import SlurmCluster  # noqa: E402
 
@@ -222,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every record here")
     parser.add_argument("--write", type=Path, help="write the report as a page (docs/...)")
     args = parser.parse_args(argv)
+    compile_dtrain()
     if os.geteuid() != 0:
         print("bench.slurm: run as root: it builds network namespaces and Slurm daemons")
         return 2

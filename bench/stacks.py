@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # tests.cluster.netcluster lives in the repo, not the package
 
+from bench.launchers import compile_dtrain  # noqa: E402
 from tests.cluster.netcluster import Cluster  # noqa: E402
 
 CONFIGS = ((1, 1), (1, 8), (1, 32), (8, 8), (8, 32))  # (hosts, tasks)
@@ -149,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per configuration")
     parser.add_argument("--quick", action="store_true", help="1 repetition, 1 and 8 tasks only")
     args = parser.parse_args(argv)
+    compile_dtrain()
     reps = 1 if args.quick else args.reps
     configs = [c for c in CONFIGS if not args.quick or c[1] <= 8]
     with (
