@@ -594,6 +594,7 @@ class Report:
                 "real cluster each host does that in parallel on its own cores, here all of "
                 "them share this machine's. Chaining each host's unlisten, scan and probe "
                 "without waiting for the others was tried and changed nothing measurable."
+                + self.doctor_floor()
             )
         items += self.throughput_analysis()
         items.append(
@@ -606,6 +607,33 @@ class Report:
             "accepted its tasks. At 8 hosts that is three round trips of a few ms each."
         )
         return [*out, *items, ""]
+
+    def doctor_floor(self) -> str:
+        """The wall time this machine's cores need for doctor's CPU at the most hosts, against
+        the 1.5x budget: above it, fewer rounds cannot meet the goal here, only less CPU."""
+        cores = self.meta.get("machine", {}).get("cores") or 2
+        parts = []
+        for mode in self.modes:
+            found = [r for r in select(self.records, scenario="doctor", bashrc=mode)
+                     if r.get("available")]  # fmt: skip
+            most = max((r["hosts"] for r in found), default=None)
+            one = med(select(found, hosts=1), "wall_s")
+            if not most or most == 1 or one is None:
+                continue
+            top = select(found, hosts=most)
+            here, hosts = med(top, "cpu_s"), med(top, "remote_cpu_s")
+            if here is None or hosts is None:
+                continue
+            floor = (here + hosts) / cores
+            verdict = "above" if floor > 1.5 * one else "below"
+            parts.append(
+                f"{mode}: at {most} hosts doctor cost {secs(hosts)} of CPU on the hosts and "
+                f"{secs(here)} in the launcher, at least {secs(floor)} of wall on {cores} "
+                f"cores, {verdict} the ×1.5 budget of {secs(1.5 * one)}"
+            )
+        if not parts:
+            return ""
+        return " Measured in this run (section 7) — " + "; ".join(parts) + "."
 
     def small_job_analysis(self) -> list[str]:
         """Where dtrain is behind pdsh at the smallest size: its fixed start-up cost."""
@@ -1061,16 +1089,28 @@ class Report:
                         if "FAIL" in line
                     ]
                     why = f"`{fails[0][:120]}`" if fails else ""
+                    cpu_here, cpu_hosts = med(rs, "cpu_s"), med(rs, "remote_cpu_s")
                     rows.append(
-                        [mode, str(h), secs(med(rs, "wall_s")), ", ".join(map(str, codes)), why]
+                        [
+                            mode,
+                            str(h),
+                            secs(med(rs, "wall_s")),
+                            secs(cpu_here) if cpu_here is not None else "-",
+                            secs(cpu_hosts) if cpu_hosts is not None else "-",
+                            ", ".join(map(str, codes)),
+                            why,
+                        ]
                     )
+        header = ["bashrc", "hosts", "wall", "launcher CPU", "CPU on the hosts", "exit code"]
         return [
             *out,
             "`dtrain doctor -H HOSTS --ssh-config CONFIG` with no command (it checks python3), "
             "from start to exit. It checks TCP between every pair of hosts, so part of its work "
-            "grows with the square of the host count.",
+            "grows with the square of the host count. Launcher CPU is doctor's own and its "
+            "children's; CPU on the hosts is every host's sshd tree (the login shells, the "
+            "agents, the probes), all of it on this machine's cores.",
             "",
-            *table(["bashrc", "hosts", "wall", "exit code", "first FAIL line"], rows),
+            *table([*header, "first FAIL line"], rows),
         ]
 
     def bashrc_section(self) -> list[str]:

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -321,11 +322,17 @@ def phase_doctor(ctx: scenarios.Context, settings: Settings, results: Results) -
             hosts_file = ctx.setup.hosts_file(job, with_slots=False)
             argv = [str(launchers.VENV_BIN / "dtrain"), "doctor", "-H", str(hosts_file)]
             argv += ["--ssh-config", str(ctx.setup.ssh_config)]
+            ctx.wait_hosts_quiet(job.hosts)
+            host_cpu = ctx.host_cpu_s(job.hosts)
+            own = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             result = subprocess.run(
                 argv, capture_output=True, text=True, timeout=300, check=False,
                 cwd=ctx.setup.scratch, stdin=subprocess.DEVNULL,
             )  # fmt: skip
+            wall = time.perf_counter() - started
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
+            quiet = ctx.wait_hosts_quiet(job.hosts)
             results.add(
                 {
                     "scenario": "doctor",
@@ -333,7 +340,11 @@ def phase_doctor(ctx: scenarios.Context, settings: Settings, results: Results) -
                     "available": True,
                     "hosts": hosts,
                     "rep": rep,
-                    "wall_s": time.perf_counter() - started,
+                    "wall_s": wall,
+                    # CPU that doctor cost, on this machine's cores: its own (and its ssh -G
+                    # children's), and every host's (sshd's tree, once the sessions ended).
+                    "cpu_s": used.ru_utime + used.ru_stime - own.ru_utime - own.ru_stime,
+                    "remote_cpu_s": ctx.host_cpu_s(job.hosts) - host_cpu if quiet else None,
                     "exit_code": result.returncode,
                     "ok": True,
                     "stderr_tail": (result.stdout + result.stderr)[-1500:]
