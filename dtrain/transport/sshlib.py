@@ -41,22 +41,29 @@ def distribution_version(name: str) -> str:
             stem, dot, kind = found.rpartition(".")
             if dot and kind in ("dist-info", "egg-info") and stem.lower().startswith(prefix):
                 return stem[len(prefix) :].split("-")[0]
-    if sys.modules.get("importlib.metadata") is _METADATA_STAND_IN:
-        del sys.modules["importlib.metadata"]
-    version: str = importlib.import_module("importlib.metadata").version(name)
+    version: str = real_metadata("version")(name)
     return version
 
 
-_METADATA_STAND_IN = types.ModuleType(
+def real_metadata(attribute: str) -> Any:
+    """An attribute of the real importlib.metadata, imported now if it has to be: what the
+    stand-in gives for anything but version() (a paramiko that asks for more still works)."""
+    if sys.modules.get("importlib.metadata") is METADATA_STAND_IN:
+        del sys.modules["importlib.metadata"]
+    return getattr(importlib.import_module("importlib.metadata"), attribute)
+
+
+METADATA_STAND_IN = types.ModuleType(
     "importlib.metadata", "answers version() while paramiko imports"
 )
-setattr(_METADATA_STAND_IN, "version", distribution_version)  # noqa: B010 - a module's function
+setattr(METADATA_STAND_IN, "version", distribution_version)  # noqa: B010 - a module's function
+setattr(METADATA_STAND_IN, "__getattr__", real_metadata)  # noqa: B010 - PEP 562, as above
 _HELD_BACK = "invoke" not in sys.modules
 _METADATA_HELD_BACK = "importlib.metadata" not in sys.modules
 if _HELD_BACK:
     sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` -> ImportError
 if _METADATA_HELD_BACK:
-    sys.modules["importlib.metadata"] = _METADATA_STAND_IN
+    sys.modules["importlib.metadata"] = METADATA_STAND_IN
 try:
     import paramiko as paramiko  # after holding back invoke and importlib.metadata
     import paramiko.buffered_pipe
@@ -64,7 +71,7 @@ try:
 finally:
     if _HELD_BACK and "invoke" in sys.modules and sys.modules["invoke"] is None:
         del sys.modules["invoke"]
-    if sys.modules.get("importlib.metadata") is _METADATA_STAND_IN:
+    if sys.modules.get("importlib.metadata") is METADATA_STAND_IN:
         del sys.modules["importlib.metadata"]
 if getattr(paramiko.config, "invoke", 0) is None:
     setattr(paramiko.config, "invoke", LazyInvoke())  # noqa: B010 - not in paramiko's stubs

@@ -89,3 +89,15 @@ def test_versions_agree_with_importlib_metadata_and_an_unknown_name_raises_as_it
     assert distribution_version("pytest") == metadata.version("pytest")
     with pytest.raises(metadata.PackageNotFoundError):
         distribution_version("no-such-distribution-here")
+
+
+def test_the_stand_in_hands_anything_but_version_to_the_real_importlib_metadata() -> None:
+    code = (
+        "import sys\n"
+        "from dtrain.transport import sshlib\n"
+        "sys.modules['importlib.metadata'] = sshlib.METADATA_STAND_IN\n"
+        "from importlib import metadata\n"
+        "found = metadata.distribution('paramiko').metadata['Name']\n"
+        "print(found, sys.modules['importlib.metadata'] is not sshlib.METADATA_STAND_IN)\n"
+    )
+    assert run_python(code) == "paramiko True"
