@@ -550,8 +550,8 @@ class Report:
                 )
             items.append(
                 f"- **Imports before the first connection.** `import dtrain.cli` takes "
-                f"{secs(cli - python)} beyond the interpreter's own start, {where}. paramiko "
-                "then adds "
+                f"{secs(cli - python)} beyond the interpreter's own start, {where}. paramiko, "
+                "imported as dtrain imports it, then adds "
                 + (f"{secs(paramiko - python)}" if paramiko is not None else "its own import")
                 + " on the critical path (`paramiko/__init__` imports every module; dtrain holds "
                 "back `invoke`, which `paramiko.config` imports only for `Match exec`, until a "

@@ -356,6 +356,7 @@ def phase_doctor(ctx: scenarios.Context, settings: Settings, results: Results) -
 
 def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
     """No cluster: dtrain's own overhead on a trivial local job, and its local teardown."""
+    launchers.compile_dtrain(REPO)
     folder = Path(tempfile.mkdtemp(prefix="local-", dir=scratch))
     dtrain = str(launchers.VENV_BIN / "dtrain")
     bare = ("/usr/bin/python3", "-S", "-c", "pass")
@@ -365,7 +366,7 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
         "venv python": (python, "-c", "pass"),
         "import dtrain.cli": (python, "-c", "import dtrain.cli"),
         "import dtrain.launch.lifecycle": (python, "-c", "import click, dtrain.launch.lifecycle"),
-        "import paramiko": (python, "-c", "import paramiko"),
+        "import paramiko": (python, "-c", "import dtrain.transport.sshlib"),  # as dtrain does
         "dtrain --version": (dtrain, "--version"),
         "dtrain launch": (
             dtrain, "launch", "-n", "1", "-s", "0", "--framework", "torch",
