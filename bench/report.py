@@ -539,7 +539,7 @@ class Report:
         python = med(select(local, launcher="venv python"), "wall_s")
         if cli is not None and needed is not None and python is not None:
             unused = cli - needed
-            where = "all of it what `launch` needs (click, the launcher, planning)"
+            where = "all of it what `launch` needs (click, the launcher, planning, its printing)"
             unneeded = self.unneeded_imports()
             if unused > 0.03 and unneeded:
                 names = ", ".join(unneeded)
@@ -658,8 +658,9 @@ class Report:
         ]
 
     def unneeded_imports(self) -> list[str]:
-        """The biggest modules `import dtrain.cli` loads that `click, dtrain.launch.lifecycle`
-        does not, as text: each direct import with the costliest module it pulls in."""
+        """The biggest modules `import dtrain.cli` loads that `click, dtrain.launch.lifecycle,
+        dtrain.render` do not, as text: each direct import with the costliest module it pulls
+        in."""
         record = next(iter(select(self.records, scenario="imports")), None)
         if record is None:
             return []
