@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     builders: dict[str, Builder] = launchers.BUILDERS  # type: ignore[assignment]
     builders["dtrain"] = with_pythonpath(run.REPO)
     names = ["dtrain"]
+    launchers.compile_dtrain(run.REPO)
     for folder in args.base:
         names.append(f"dtrain-{folder.name}")
         builders[names[-1]] = with_pythonpath(folder.resolve())

@@ -162,8 +162,6 @@ def cluster_session(
     """A fresh cluster with the bashrc mode applied; always torn down."""
     from tests.cluster.netcluster import Cluster
 
-    launchers.compile_dtrain(REPO)
-
     cluster = Cluster(n_hosts or settings.max_hosts)
     cluster.start()  # waits (bounded) for the machine-wide cluster lock
     started = time.monotonic()
@@ -356,7 +354,6 @@ def phase_doctor(ctx: scenarios.Context, settings: Settings, results: Results) -
 
 def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
     """No cluster: dtrain's own overhead on a trivial local job, and its local teardown."""
-    launchers.compile_dtrain(REPO)
     folder = Path(tempfile.mkdtemp(prefix="local-", dir=scratch))
     dtrain = str(launchers.VENV_BIN / "dtrain")
     bare = ("/usr/bin/python3", "-S", "-c", "pass")
@@ -569,6 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write(args.report, args.doc)
         say(f"wrote {args.doc}")
         return 0
+    launchers.compile_dtrain(REPO)  # once, before any phase measures dtrain
     settings = QUICK if args.quick else Settings()
     if args.hosts:
         settings = replace(settings, host_counts=args.hosts)
