@@ -16,6 +16,7 @@ import shlex
 import signal
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -384,10 +385,12 @@ class TerminalConsole:
     """Task output with `[task@host]` prefixes; progress notes on stderr.
 
     A reader that goes away (`dtrain launch ... | head`) silences that stream, not the job:
-    the logs still get everything.
+    the logs still get everything. Each host's reader thread writes its tasks' output here,
+    and the supervisor its notes: one lock keeps lines whole.
     """
 
     def __init__(self, stdout: BinaryIO, stderr: BinaryIO) -> None:
+        self.lock = threading.RLock()  # a failed write notes it, under the lock it holds
         self.stdout = stdout
         self.stderr = stderr
         self.closed: set[int] = set()
@@ -427,6 +430,10 @@ class TerminalConsole:
                 )
 
     def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
+        with self.lock:
+            self._task_output(task, is_stderr, data)
+
+    def _task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
         key = (task.label, is_stderr)
         prefixer = self.prefixers.get(key)
         if prefixer is None:
@@ -440,6 +447,10 @@ class TerminalConsole:
 
     def tick(self) -> float | None:
         """Show partial lines whose task went quiet; seconds until the next one may be due."""
+        with self.lock:
+            return self._tick()
+
+    def _tick(self) -> float | None:
         now = time.monotonic()
         if self.next_due is not None and now >= self.next_due:
             self.next_due = None
@@ -456,6 +467,10 @@ class TerminalConsole:
         return None if self.next_due is None else max(self.next_due - now, 0.0)
 
     def task_closed(self, task: TaskSpec) -> None:
+        with self.lock:
+            self._task_closed(task)
+
+    def _task_closed(self, task: TaskSpec) -> None:
         for is_stderr in (False, True):
             self.waiting.discard((task.label, is_stderr))
             prefixer = self.prefixers.pop((task.label, is_stderr), None)
@@ -465,7 +480,8 @@ class TerminalConsole:
                     self._write(self.stderr if is_stderr else self.stdout, [rest])
 
     def note(self, message: str) -> None:
-        self._write(self.stderr, [f"dtrain: {message}\n".encode()])
+        with self.lock:
+            self._write(self.stderr, [f"dtrain: {message}\n".encode()])
 
 
 def emit_json(document: dict[str, Any]) -> None:

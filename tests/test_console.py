@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import threading
@@ -93,3 +94,52 @@ def test_a_10_mb_line_is_one_line_in_the_log_and_no_empty_line_on_the_console(
     assert sum(len(line) - len("[worker.0] ") for line in lines) == 10 << 20
     log = (workdir / "dtrain-logs" / "latest" / "worker.0.log").read_bytes()
     assert log == b"x" * (10 << 20) + b"\n"
+
+
+def test_output_written_from_many_reader_threads_stays_in_whole_prefixed_lines(
+    tmp_path: Path,
+) -> None:
+    """Each host's reader thread writes its tasks' output to the one console: lines from
+    different tasks never interleave inside a line, and each task's lines keep their order."""
+    from dtrain.cli import TerminalConsole
+    from dtrain.plan.hosts import local_host
+    from dtrain.plan.spec import Role, TaskSpec
+
+    tasks = [
+        TaskSpec(role=Role.WORKER, index=i, name=f"worker.{i}", host=local_host(f"h{i}"),
+                 address="127.0.0.1", argv=("true",), env={}, label=f"worker.{i}@h{i}",
+                 log_name=f"worker.{i}.log", workdir="/")
+        for i in range(4)
+    ]  # fmt: skip
+    read_fd, write_fd = os.pipe()  # a terminal's pipe: big writes to it can be cut and mixed
+    shown = bytearray()
+
+    def show() -> None:
+        while chunk := os.read(read_fd, 1000):
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=show)
+    reader.start()
+    with os.fdopen(write_fd, "wb") as out, (tmp_path / "err").open("wb") as err:
+        console = TerminalConsole(out, err)
+
+        def write(task: TaskSpec) -> None:
+            text = b"".join(b"%s line %05d\n" % (task.name.encode(), i) for i in range(3000))
+            for start in range(0, len(text), 9973):  # chunks that end inside lines
+                console.task_output(task, False, text[start : start + 9973])
+
+        threads = [threading.Thread(target=write, args=(task,)) for task in tasks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for task in tasks:
+            console.task_closed(task)
+    reader.join(60)
+    os.close(read_fd)
+    seen: dict[str, list[int]] = {task.name: [] for task in tasks}
+    for line in shown.decode().splitlines():
+        prefix, name, word, number = line.split(" ")
+        assert prefix == f"[{name}@h{name[-1]}]" and word == "line", line
+        seen[name].append(int(number))
+    assert all(numbers == list(range(3000)) for numbers in seen.values())

@@ -1,7 +1,9 @@
 """Talking to agents: requests and replies, heartbeats, and the stream of task events.
 
 One `AgentSession` per host wraps a `Link` (a pipe to a local agent, or an ssh channel) and
-turns its frames into replies and `AgentEvent`s on a shared queue the supervisor reads.
+turns its frames into replies and `AgentEvent`s on a shared queue the supervisor reads. Task
+output, once a supervisor takes it (`AgentSession.output`), is handed over on the session's
+own reader thread instead: hundreds of MB/s must not cross a second thread.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from dtrain.transport.link import Link
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
+OUTPUT_KINDS = (proto.STDOUT, proto.STDERR)
+
+OutputHandler = Callable[[int, int, bytes], None]
+"""(task id, STDOUT or STDERR, bytes): called on the session's reader thread."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ class AgentSession:
         self.budget = budget
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.last_heard = time.monotonic()
+        self.output: OutputHandler | None = None
+        self.output_since: float | None = None  # when the handler running now was called
         self.is_closed = False
         self._send_lock = threading.Lock()
         self._reader = threading.Thread(
@@ -130,6 +138,15 @@ class AgentSession:
                     break
                 if kind == proto.REPLY:
                     self.replies.put(proto.decode_json(payload))
+                elif kind in OUTPUT_KINDS and (handler := self.output) is not None:
+                    # written out here: a slow console or disk holds this reader (and, through
+                    # ssh flow control, the agent and its tasks) back, not the supervisor
+                    self.output_since = time.monotonic()
+                    try:
+                        handler(task, kind, payload)
+                    finally:
+                        self.last_heard = time.monotonic()
+                        self.output_since = None
                 elif kind != proto.PING:
                     self.events.put(AgentEvent(self, kind, task, payload))
                     if self.budget is not None and kind in (proto.STDOUT, proto.STDERR):
@@ -143,6 +160,11 @@ class AgentSession:
 
     def _mark_heard(self) -> None:
         self.last_heard = time.monotonic()
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the agent was last heard; 0 while its output is being written out
+        (the launcher is the one not reading then, not the host that is not talking)."""
+        return 0.0 if self.output_since is not None else now - self.last_heard
 
     def send(self, frame: bytes) -> bool:
         """Send a frame; False if the stream is already broken."""

@@ -1,6 +1,8 @@
 """Runs a started job to its end: streams output, fails fast, and tears everything down.
 
-The supervisor reads one queue of events from every host's agent and decides:
+The supervisor reads one queue of events from every host's agent and decides (task output
+does not queue: each host's reader thread writes it to the log and console as it comes, and
+only then queues the task's exit, so an exit is always handled after the output before it):
 
 * success: every task of a finishing role (workers; TF's chief) exited 0. The others
   (scheduler, servers) then get `linger_s` to exit by themselves and are stopped after it;
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -87,6 +90,7 @@ class TaskRun:
     started_at: float | None = None
     exit: TaskExit | None = None
     stderr: bytearray = field(default_factory=bytearray)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # output (readers) vs exit
 
 
 class Supervisor:
@@ -130,6 +134,8 @@ class Supervisor:
         self.stacks_started_at: float | None = None
         self.stacks_reported = False
         self.last_output_at = self.started
+        for session in sessions.values():
+            session.output = self.on_output
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -147,7 +153,9 @@ class Supervisor:
                 self.check_timers()
         finally:
             for run in self.runs.values():
-                run.log.close()
+                run.session.output = None
+                with run.lock:
+                    run.log.close()
         return self.result()
 
     def is_done(self) -> bool:
@@ -161,6 +169,28 @@ class Supervisor:
         elif isinstance(event, AgentEvent):
             self.on_agent_event(event)
 
+    def on_output(self, task: int, kind: int, payload: bytes) -> None:
+        """Task output, on the reader thread of its host's session."""
+        run = self.runs.get(task)
+        if run is not None:
+            self.write_output(run, kind == proto.STDERR, payload)
+
+    def write_output(self, run: TaskRun, is_stderr: bool, payload: bytes) -> None:
+        with run.lock:
+            if run.exit is not None:
+                return
+            self.last_output_at = self.clock()
+            failure = run.log.write(payload)
+            if is_stderr:
+                run.stderr += payload[-STDERR_TAIL_BYTES:]  # the rest would be cut
+                del run.stderr[:-STDERR_TAIL_BYTES]
+        if failure is not None:
+            self.console.note(
+                f"cannot write {run.spec.label}'s log {run.log_path}: {failure}; it stops "
+                "here, the job goes on and its output still reaches this console"
+            )
+        self.console.task_output(run.spec, is_stderr, payload)
+
     def on_agent_event(self, event: AgentEvent) -> None:
         is_output = event.kind in (proto.STDOUT, proto.STDERR)
         if is_output and event.session.budget is not None:
@@ -169,18 +199,7 @@ class Supervisor:
         if run is None or run.exit is not None:
             return
         if is_output:
-            self.last_output_at = self.clock()
-            is_stderr = event.kind == proto.STDERR
-            failure = run.log.write(event.payload)
-            if failure is not None:
-                self.console.note(
-                    f"cannot write {run.spec.label}'s log {run.log_path}: {failure}; it stops "
-                    "here, the job goes on and its output still reaches this console"
-                )
-            if is_stderr:
-                run.stderr += event.payload[-STDERR_TAIL_BYTES:]  # the rest would be cut
-                del run.stderr[:-STDERR_TAIL_BYTES]
-            self.console.task_output(run.spec, is_stderr, event.payload)
+            self.write_output(run, event.kind == proto.STDERR, event.payload)
         elif event.kind == proto.STARTED:
             info = event.json()
             run.pid = info.get(proto.STARTED_PID)
@@ -210,24 +229,25 @@ class Supervisor:
         reason: str | None = None,
         detail: str | None = None,
     ) -> None:
-        tail = tuple(run.stderr.decode("utf-8", "replace").splitlines()[-12:])
-        run.exit = TaskExit(
-            task=run.spec.name,
-            label=run.spec.label,
-            host=run.spec.host.display,
-            exit_code=exit_code,
-            signal=signum,
-            started_at=run.started_at,
-            finished_at=time.time(),
-            stopped_by_dtrain=stopped_by_dtrain,
-            log_path=run.log_path,
-            stderr_tail=tail,
-            reason=reason,
-            detail=detail,
-            pid=run.pid,
-            log_error=run.log.error,
-        )
-        run.log.close()
+        with run.lock:
+            tail = tuple(run.stderr.decode("utf-8", "replace").splitlines()[-12:])
+            run.exit = TaskExit(
+                task=run.spec.name,
+                label=run.spec.label,
+                host=run.spec.host.display,
+                exit_code=exit_code,
+                signal=signum,
+                started_at=run.started_at,
+                finished_at=time.time(),
+                stopped_by_dtrain=stopped_by_dtrain,
+                log_path=run.log_path,
+                stderr_tail=tail,
+                reason=reason,
+                detail=detail,
+                pid=run.pid,
+                log_error=run.log.error,
+            )
+            run.log.close()
         self.console.task_closed(run.spec)
         self.evaluate(run.exit)
 
@@ -353,7 +373,7 @@ class Supervisor:
             self.stop_hung()
         self.check_stacks(now)
         for session in self.live_sessions():
-            silent_s = now - session.last_heard
+            silent_s = session.silent_for(now)
             if silent_s > options.host_leases.get(session.host.key, options.lease_s):
                 self.lose_host(
                     session,

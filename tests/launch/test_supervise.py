@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -104,9 +104,10 @@ class FakeSession:
 
     Supervision is tested with real agents and processes end to end; this fake lets a test say
     exactly when a host goes silent, when its link closes, or that it never confirms a stop.
-    It has only what the supervisor uses (`host`, `budget`, `last_heard`, `link.stderr_text()`,
-    `stop`, `kill`) and records each stop and kill with the fake time it came at. Until
-    `go_silent()`, its agent is heard at every clock reading, as its heartbeat would be.
+    It has only what the supervisor uses (`host`, `budget`, `output`, `silent_for`,
+    `link.stderr_text()`, `stop`, `kill`) and records each stop and kill with the fake time
+    it came at. Until `go_silent()`, its agent is heard at every clock reading, as its
+    heartbeat would be.
     """
 
     def __init__(self, host_name: str, clock: FakeClock) -> None:
@@ -114,12 +115,16 @@ class FakeSession:
         self.clock = clock
         self.link = FakeLink()
         self.budget: OutputBudget | None = None
+        self.output: Callable[[int, int, bytes], None] | None = None  # the supervisor's
         self.silent_since: float | None = None
         self.calls: list[tuple[str, float]] = []
 
     @property
     def last_heard(self) -> float:
         return self.clock.now if self.silent_since is None else self.silent_since
+
+    def silent_for(self, now: float) -> float:
+        return now - self.last_heard
 
     def go_silent(self) -> None:
         self.silent_since = self.clock.now
@@ -669,6 +674,29 @@ def test_output_gives_its_budget_back_even_when_its_task_already_exited(job: Job
 
     assert budget.pending == 0
     assert job.console.output == [("server.0@h1", False, b"x" * 10)]
+
+
+def test_output_from_a_sessions_reader_is_written_there_and_dropped_after_its_exit(
+    job: Job,
+) -> None:
+    """The supervisor takes each session's output on the session's reader thread (no queue):
+    the log and console get it at once; an exit handled before it wins, as for queued frames."""
+    ids = job.task_ids
+    handler = job.sessions["h1"].output
+    assert handler is not None
+    job.start_all()
+    handler(ids["worker.0"], proto.STDOUT, b"step 1\n")
+    handler(ids["worker.0"], proto.STDERR, b"warning\n")
+    job.deliver(job.exited("worker.0", code=3))
+    handler(ids["worker.0"], proto.STDOUT, b"too late\n")
+
+    assert job.console.output == [
+        ("worker.0@h1", False, b"step 1\n"),
+        ("worker.0@h1", True, b"warning\n"),
+    ]
+    exit = job.exit_of("worker.0")
+    assert exit is not None and exit.stderr_tail == ("warning",)
+    assert Path(exit.log_path).read_bytes() == b"step 1\nwarning\n"
 
 
 def test_run_reads_the_queue_until_every_task_exited(tmp_path: Path) -> None:
