@@ -31,6 +31,7 @@ from . import files, probe, procs, proto, stacks
 
 READ_CHUNK = 1 << 16
 COALESCE_BYTES = 1 << 18
+MERGE_BYTES = 1 << 18  # while output waits for the launcher, a task's frames grow to this
 HIGH_WATER = 8 << 20  # stop reading task output while this much waits for the launcher
 LOW_WATER = 1 << 20
 DRAIN_S = (
@@ -138,6 +139,9 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.reader = proto.FrameReader()
         self.out = bytearray()
+        self.merge_at = -1  # where in `out` the last output frame's header is, if unsent
+        self.merge_key = None  # that frame's (kind, task)
+        self.merge_size = 0  # and its payload's size
         self.out_registered = False
         self.paused = False
         self.tasks = {}
@@ -150,6 +154,7 @@ class Agent:
         self.last_sent = time.monotonic()
         self.gone = None  # why the launcher is considered gone
         self.signalled = None
+        self.child_signalled = True
         self.data_handler = None
         self.wake_r, self.wake_w = os.pipe()
         _set_nonblocking(self.wake_r)
@@ -183,7 +188,10 @@ class Agent:
 
     def run(self):
         while not self.finished():
-            for key, _ in self.selector.select(self.timeout()):
+            events = self.selector.select(self.timeout())
+            if not events:
+                self.child_signalled = True  # a timer is due: look at every task anyway
+            for key, _ in events:
                 if key.data == "ctl":
                     self.on_control()
                 elif key.data == "wake":
@@ -193,7 +201,9 @@ class Agent:
                 else:
                     task, kind = key.data
                     self.on_task_output(task, kind, key.fd)
-            self.reap()
+            if self.child_signalled:  # a task can only have exited after a SIGCHLD
+                self.child_signalled = False
+                self.reap()
             self.tick()
         self.flush(final=True)
 
@@ -218,6 +228,7 @@ class Agent:
         return max(0.0, min(deadlines) - now)
 
     def drain_wakeups(self):
+        self.child_signalled = True  # a signal came: SIGCHLD, or one of ours
         try:
             while os.read(self.wake_r, 4096):
                 pass
@@ -255,12 +266,54 @@ class Agent:
             elif kind == proto.DATA and self.data_handler is not None:
                 self.data_handler(payload)
 
-    def send(self, frame):
+    def send(self, frame, payload=b""):
+        """Queue `frame` (and `payload` after it) for the launcher. With nothing queued, both
+        go straight to the stream in one writev: task output is not copied on its way."""
         if self.gone is not None:
             return
-        self.out += frame
         self.last_sent = time.monotonic()
+        if self.out:
+            self.merge_at = -1
+            self.out += frame
+            self.out += payload
+        else:
+            try:
+                written = os.writev(self.out_fd, [frame, payload] if payload else [frame])
+            except (BlockingIOError, InterruptedError):
+                written = 0
+            except OSError:
+                self.lose("the launcher's connection closed")
+                return
+            if written < len(frame):
+                self.out += memoryview(frame)[written:]
+                self.out += payload
+            elif written < len(frame) + len(payload):
+                self.out += memoryview(payload)[written - len(frame) :]
+            else:
+                return
         self.flush()
+
+    def send_output(self, kind, task_id, data):
+        """Task output. While the launcher is behind (output already waits in `out`), it joins
+        the task's frame still waiting there: the launcher then pays its per-frame costs
+        (a log write, a console write, a thread wake-up) per 256 KB, not per pipe read."""
+        key = (kind, task_id)
+        if (
+            self.gone is None
+            and self.merge_at >= 0
+            and self.merge_key == key
+            and self.merge_size + len(data) <= MERGE_BYTES
+        ):
+            self.merge_size += len(data)
+            proto.HEADER.pack_into(self.out, self.merge_at, kind, task_id, self.merge_size)
+            self.out += data
+            self.last_sent = time.monotonic()
+            self.flush()
+            return
+        self.send(proto.HEADER.pack(kind, task_id, len(data)), data)
+        start = len(self.out) - proto.HEADER.size - len(data)
+        if start >= 0:  # the frame waits in `out`, none of it sent yet: it can grow
+            self.merge_at, self.merge_key, self.merge_size = start, key, len(data)
 
     def reply(self, obj):
         self.send(proto.encode_json(proto.REPLY, obj))
@@ -269,7 +322,8 @@ class Agent:
         deadline = time.monotonic() + 5.0
         while self.out and self.gone is None:
             try:
-                written = os.write(self.out_fd, self.out[: READ_CHUNK * 4])
+                with memoryview(self.out) as view:
+                    written = os.write(self.out_fd, view[: READ_CHUNK * 4])
             except (BlockingIOError, InterruptedError):
                 if not final or time.monotonic() > deadline:
                     break
@@ -279,8 +333,10 @@ class Agent:
                 self.lose("the launcher's connection closed")
                 break
             del self.out[:written]
+            self.merge_at -= written  # below 0: its header is on its way, it cannot grow
         if self.gone is not None:
             del self.out[:]
+            self.merge_at = -1
         want = bool(self.out) and self.gone is None
         if want != self.out_registered:
             if want:
@@ -514,7 +570,7 @@ class Agent:
         if kind == proto.STDERR and task.traceback.feed(data):
             task.traceback.mark_time = now
             task.traceback.mark_cpu = self.cpu_of(task)
-        self.send(proto.encode(kind, data, task.id))
+        self.send_output(kind, task.id, data)
 
     def close_pipe(self, task, fd):
         stream, _ = task.files.pop(fd)

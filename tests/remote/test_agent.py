@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -257,3 +258,47 @@ def test_env_values_and_arguments_arrive_byte_exact(value: str, args: list[str])
 def teardown_module() -> None:
     for a in _shared:
         a.close()
+
+
+def test_output_held_up_by_a_slow_launcher_comes_whole_in_fewer_larger_frames() -> None:
+    """The session's output handler (the supervisor's log and console writes) runs on its
+    reader thread; while it is stuck, the host is not silent, and the agent grows the frames
+    that wait for it instead of sending one per pipe read. Every byte still arrives, in order,
+    and the task's exit only after its output."""
+    from dtrain.remote.agent import MERGE_BYTES
+
+    frames: list[tuple[int, int, int]] = []  # (task, kind, size) as the handler saw them
+    received = bytearray()
+    release = threading.Event()
+    stuck = threading.Event()
+
+    def handler(task: int, kind: int, payload: bytes) -> None:
+        if not frames:
+            stuck.set()
+            release.wait(10)  # a console that does not take output for a while
+        frames.append((task, kind, len(payload)))
+        received.extend(payload)
+
+    agent = Agent()
+    try:
+        agent.session.output = handler
+        agent.run([{"name": "a", "argv": [PYTHON, program("write_lots.py"), "8"]}])
+        assert stuck.wait(20)
+        time.sleep(1.0)  # the task goes on writing; the agent's queue fills
+        assert agent.session.silent_for(time.monotonic() + 100) == 0.0
+        release.set()
+        events = agent.collect(1, timeout_s=60)
+        exited_after = len(received)  # the exit was queued after the handler saw everything
+    finally:
+        release.set()
+        agent.close()
+    lines = received.split(b"\n")[:-1]
+    assert len(lines) == int(8 * 1024 * 1024 / 100)
+    assert all(line.startswith(f"{i:08d} ".encode()) for i, line in enumerate(lines))
+    assert exited_after == len(received)
+    assert exits(events)[0]["code"] == 0
+    assert not output_of(events, 0)  # output went to the handler, not the queue
+    sizes = [size for _, _, size in frames]
+    assert max(sizes) <= MERGE_BYTES
+    assert max(sizes) > 2 * 65536  # larger than one pipe's worth: frames were merged
+    assert len(frames) < len(received) / 65536
