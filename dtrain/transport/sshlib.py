@@ -12,6 +12,7 @@ Import paramiko from here.
 
 from __future__ import annotations
 
+import collections
 import importlib
 import os
 import sys
@@ -82,11 +83,12 @@ class ByteQueue(paramiko.buffered_pipe.BufferedPipe):  # type: ignore[type-arg]
 
     Every byte of task output passes through it. paramiko's own buffer is an array('B') that
     copies data in, copies a slice out and again into bytes, moves the rest to the front, and
-    wakes the reader for every 32 KB packet, so a 256 KB frame was read in pieces and joined.
-    Here a bytearray takes data in with one copy and hands it out with one, and a read waits
-    until it can return all it asked for (the reader asks for exactly one frame header or
-    payload), up to FULL_READ_LIMIT, far inside the channel's window so the sender can always
-    fill it; at end of stream or timeout it returns what there is.
+    wakes the reader for every 32 KB packet. Here each packet's bytes are queued as they are
+    (paramiko's transport thread, which feeds them, copies nothing) and a read joins exactly
+    what it asked for, one copy, or hands a packet over whole. A read waits until it can
+    return all it asked for (the reader asks for exactly one frame header or payload), up to
+    FULL_READ_LIMIT, far inside the channel's window so the sender can always fill it; at end
+    of stream or timeout it returns what there is.
     """
 
     FULL_READ_LIMIT = 256 << 10
@@ -97,40 +99,79 @@ class ByteQueue(paramiko.buffered_pipe.BufferedPipe):  # type: ignore[type-arg]
 
     def __init__(self) -> None:
         super().__init__()
-        self._buffer = bytearray()
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._head = 0  # bytes of _chunks[0] already read
+        self._size = 0  # bytes queued and not read
         self._want = 0
 
     def feed(self, data: bytes) -> None:
         with self._lock:
             if self._event is not None:
                 self._event.set()
-            self._buffer += data
-            if len(self._buffer) >= self._want:
-                self._cv.notify_all()
+            if data:
+                self._chunks.append(bytes(data))  # paramiko passes bytes: no copy
+                self._size += len(data)
+                if self._size >= self._want:
+                    self._cv.notify_all()
 
     def read(self, nbytes: int, timeout: float | None = None) -> bytes:
         want = max(1, min(nbytes, self.FULL_READ_LIMIT))
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while len(self._buffer) < want and not self._closed:
+            while self._size < want and not self._closed:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    if self._buffer:
+                    if self._size:
                         break
                     raise paramiko.buffered_pipe.PipeTimeout()
                 self._want = want
                 self._cv.wait(left)
             self._want = 0
-            with memoryview(self._buffer) as view, view[:nbytes] as part:
-                out = bytes(part)
-            del self._buffer[:nbytes]
-            if not self._buffer and self._event is not None and not self._closed:
+            out = self._take(min(nbytes, self._size))
+            if not self._size and self._event is not None and not self._closed:
                 self._event.clear()
             return out
 
-    def _buffer_frombytes(self, data: bytes) -> None:
-        self._buffer += data
+    def _take(self, size: int) -> bytes:
+        """The next `size` bytes (queued, with the lock held)."""
+        self._size -= size
+        parts: list[bytes | memoryview] = []
+        while size:
+            chunk = self._chunks[0]
+            end = min(len(chunk), self._head + size)
+            if self._head == 0 and end == len(chunk):
+                parts.append(chunk)
+            else:
+                parts.append(memoryview(chunk)[self._head : end])
+            size -= end - self._head
+            if end == len(chunk):
+                self._chunks.popleft()
+                self._head = 0
+            else:
+                self._head = end
+        if len(parts) == 1 and isinstance(parts[0], bytes):
+            return parts[0]
+        return b"".join(parts)
 
-    def _buffer_tobytes(self, limit: int | None = None) -> bytes:
-        with memoryview(self._buffer) as view, view[:limit] as part:
-            return bytes(part)
+    def read_ready(self) -> bool:
+        with self._lock:
+            return self._size > 0
+
+    def empty(self) -> bytes:
+        with self._lock:
+            out = self._take(self._size)
+            if self._event is not None and not self._closed:
+                self._event.clear()
+            return out
+
+    def set_event(self, event: threading.Event) -> None:
+        with self._lock:
+            self._event = event
+            if self._closed or self._size:
+                event.set()
+            else:
+                event.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._size

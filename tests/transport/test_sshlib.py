@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def run_python(code: str) -> str:
@@ -101,3 +103,25 @@ def test_the_stand_in_hands_anything_but_version_to_the_real_importlib_metadata(
         "print(found, sys.modules['importlib.metadata'] is not sshlib.METADATA_STAND_IN)\n"
     )
     assert run_python(code) == "paramiko True"
+
+
+@given(
+    feeds=st.lists(st.binary(max_size=300), max_size=20),
+    reads=st.lists(st.integers(min_value=1, max_value=400), max_size=30),
+)
+def test_the_channel_buffer_hands_out_what_was_fed_whatever_the_packet_and_read_sizes(
+    feeds: list[bytes], reads: list[int]
+) -> None:
+    from dtrain.transport.sshlib import ByteQueue
+
+    buffer = ByteQueue()
+    for data in feeds:
+        buffer.feed(data)
+    buffer.close()  # a read returns what there is, never waits
+    fed = b"".join(feeds)
+    out = [buffer.read(size) for size in reads]
+    assert all(len(part) == min(size, len(fed) - sum(map(len, out[:i])))
+               for i, (part, size) in enumerate(zip(out, reads, strict=True)))  # fmt: skip
+    rest = buffer.empty()
+    assert b"".join(out) + rest == fed
+    assert len(buffer) == 0 and not buffer.read_ready()
