@@ -558,6 +558,8 @@ class Agent:
                 break
             chunks.append(chunk)
             size += len(chunk)
+            if len(chunk) < READ_CHUNK:
+                break  # the pipe is empty for now: select says when there is more
         data = b"".join(chunks)
         if at_end and not data:
             self.close_pipe(task, fd)

@@ -301,4 +301,3 @@ def test_output_held_up_by_a_slow_launcher_comes_whole_in_fewer_larger_frames() 
     sizes = [size for _, _, size in frames]
     assert max(sizes) <= MERGE_BYTES
     assert max(sizes) > 2 * 65536  # larger than one pipe's worth: frames were merged
-    assert len(frames) < len(received) / 65536
