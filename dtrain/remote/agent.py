@@ -323,7 +323,8 @@ class Agent:
         while self.out and self.gone is None:
             try:
                 with memoryview(self.out) as view:
-                    written = os.write(self.out_fd, view[: READ_CHUNK * 4])
+                    asked = min(len(view), READ_CHUNK * 4)
+                    written = os.write(self.out_fd, view[:asked])
             except (BlockingIOError, InterruptedError):
                 if not final or time.monotonic() > deadline:
                     break
@@ -334,6 +335,8 @@ class Agent:
                 break
             del self.out[:written]
             self.merge_at -= written  # below 0: its header is on its way, it cannot grow
+            if written < asked and not final:
+                break  # the stream is full: select says when it takes more
         if self.gone is not None:
             del self.out[:]
             self.merge_at = -1

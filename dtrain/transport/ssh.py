@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
@@ -486,6 +487,37 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         logger.info("recorded the host key of %s in %s", hostname, self.record_file)
 
 
+class ReadAhead:
+    """The ssh socket as paramiko's packetizer reads it: one `recv` of up to 256 KB serves
+    many of its reads. The packetizer asks for each packet twice (its first block, then the
+    rest) and the socket's timeout makes every `recv` a poll and a read: 4 system calls,
+    each a trip through the GIL, per 32 KB packet of task output, for every host."""
+
+    SIZE = 256 << 10
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        self.offset = 0
+
+    def recv(self, size: int) -> bytes:
+        if self.offset >= len(self.buffer):
+            data = self.sock.recv(max(size, self.SIZE))  # a timeout or error: as paramiko expects
+            if len(data) <= size:
+                return data
+            self.buffer, self.offset = data, 0
+        end = self.offset + size
+        out = self.buffer[self.offset : end]
+        self.offset = end
+        return out
+
+    def send(self, data: bytes) -> int:
+        return self.sock.send(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class _Transport(paramiko.Transport):
     """paramiko's transport with AES-GCM preferred: one AEAD pass instead of AES-CTR plus a
     separate HMAC; measured here at 440 MB/s against 265 MB/s on one connection. Every other
@@ -500,6 +532,11 @@ class _Transport(paramiko.Transport):
             if "-gcm@" not in c
         ),
     )
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        if isinstance(self.sock, socket.socket):  # the packetizer reads through ReadAhead
+            self.packetizer._Packetizer__socket = ReadAhead(self.sock)  # type: ignore[attr-defined]
 
     def _parse_global_request(self, m: paramiko.Message) -> None:
         """ACK the server's global requests at once (OpenSSH sends `hostkeys-00` right after
