@@ -32,8 +32,8 @@ from . import files, probe, procs, proto, stacks
 READ_CHUNK = 1 << 16
 COALESCE_BYTES = 1 << 18
 MERGE_BYTES = 1 << 18  # while output waits for the launcher, a task's frames grow to this
-HIGH_WATER = 8 << 20  # stop reading task output while this much waits for the launcher
-LOW_WATER = 1 << 20
+HIGH_WATER = 1 << 20  # stop reading task output while this much waits for the launcher
+LOW_WATER = 1 << 18
 DRAIN_S = (
     2.0  # after a task exits, how long its pipes may stay open (grandchildren) before we report
 )
