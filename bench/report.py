@@ -733,20 +733,47 @@ class Report:
                 f"{p['active_s']:.2f} s on CPU in the launcher — {split}; most self time in "
                 f"{top}."
             )
+        machine = ""
+        per_mb = {x: self.machine_cpu_per_mb(mode, h, k, x) for x in ("dtrain", "ssh")}
+        if per_mb["dtrain"] and per_mb["ssh"]:
+            machine = (
+                f" At {h}×{k} the whole machine (launcher, sshd, agents and tasks) spends "
+                f"{per_mb['dtrain'] * 1000:.1f} ms of CPU per MB under dtrain against "
+                f"{per_mb['ssh'] * 1000:.1f} ms under raw ssh: here hosts and launcher share "
+                f"two cores, so that ratio (×{per_mb['ssh'] / per_mb['dtrain']:.2f}) is about "
+                "the most the throughput ratio can be."
+            )
         return [
             f"- **One host's log stream: {d:.0f} MB/s under dtrain, {s:.0f} MB/s through raw "
             f"ssh** ({d / s:.2f}×)."
-            f"{cost}{threads} Each chunk of output crosses three threads — paramiko's "
-            "transport thread (AES-GCM, preferred by dtrain, and the channel buffer, a "
-            "bytearray in dtrain: `ByteQueue`, one copy in and one out), the host's "
-            "reader thread (`AgentSession._read_loop`, which reads each frame by its length: "
-            "one copy), and the main thread (`Supervisor.on_agent_event`: one write to the "
-            "task's log, then `TerminalConsole.task_output`, which prefixes lines in one "
-            "`replace` and writes them with `writev`) — and each handoff is a Condition "
-            "wait/notify fighting for the GIL. What is left is the handoffs and paramiko's "
-            "per-packet Python; the direction is one relay process per group of hosts, so "
-            "streams stop sharing one GIL, or the OpenSSH client as the byte carrier."
+            f"{cost}{threads} Each chunk of output crosses two threads of the launcher: "
+            "paramiko's transport thread (AES-GCM, preferred by dtrain), which decrypts each "
+            "packet (sshd sends at most 32 KB a packet) and queues it as it is in the agent "
+            "channel's buffer (`ByteQueue`), and the host's reader thread "
+            "(`AgentSession._read_loop`), which joins one frame (one copy), writes it to the "
+            "task's log and, prefixed in one `replace`, to the console with `writev`. While "
+            "the launcher is behind, the agent grows a task's waiting frame to 256 KB, so "
+            "the per-frame costs (a log write, a console write, a wake-up) come per 256 KB, "
+            "not per pipe read. What is left is paramiko's per-packet Python and the one GIL "
+            f"all hosts' threads share.{machine} The direction is one relay process per group "
+            "of hosts, or the OpenSSH client as the byte carrier."
         ]
+
+    def machine_cpu_per_mb(
+        self, mode: str, hosts: int, per_host: int, launcher: str
+    ) -> float | None:
+        """CPU seconds per MB of log, launcher and hosts together (less what the trivial job
+        of the same shape costs them), median over the runs."""
+        found = select(self.records, scenario="log", bashrc=mode, hosts=hosts,
+                       per_host=per_host, launcher=launcher)  # fmt: skip
+        start = sum(self.launch(launcher, mode, hosts, per_host, f) or 0.0
+                    for f in ("cpu_s", "remote_cpu_s"))  # fmt: skip
+        values = [
+            (r["cpu_s"] + r["remote_cpu_s"] - start) / (r["bytes_written"] / 1e6)
+            for r in found
+            if r.get("ok") and r.get("bytes_written") and r.get("remote_cpu_s") is not None
+        ]
+        return statistics.median(values) if values else None
 
     def launch_profile(self, mode: str) -> Record | None:
         found = select(self.records, scenario="profile", bashrc=mode)
