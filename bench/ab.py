@@ -68,9 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scenario == "log":
         names = [n for n in names if n != "pdsh"]
     settings = replace(run.Settings(), host_counts=(max(args.hosts),))
-    scratch = Path(tempfile.mkdtemp(prefix="dtrain-ab-"))
     records: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
-    with run.cluster_session(settings, args.bashrc, scratch) as ctx:
+    # every log run leaves its launchers' output here: gigabytes, gone when the run ends
+    with (
+        tempfile.TemporaryDirectory(prefix="dtrain-ab-") as scratch,
+        run.cluster_session(settings, args.bashrc, Path(scratch)) as ctx,
+    ):
         for rep in range(args.reps):
             for hosts in args.hosts:
                 for per_host in args.per_host:
