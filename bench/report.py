@@ -759,9 +759,11 @@ class Report:
             "task's log and, prefixed in one `replace`, to the console with `writev`. While "
             "the launcher is behind, the agent grows a task's waiting frame to 256 KB, so "
             "the per-frame costs (a log write, a console write, a wake-up) come per 256 KB, "
-            "not per pipe read. What is left is paramiko's per-packet Python and the one GIL "
-            f"all hosts' threads share.{machine} The direction is one relay process per group "
-            "of hosts, or the OpenSSH client as the byte carrier."
+            "not per pipe read. What is left is paramiko's per-packet Python, the agent's "
+            "Python per pipe read on each host, and the one GIL all hosts' threads share."
+            f"{machine} The direction is fewer Python operations per byte, or one relay "
+            "process per group of hosts: the cost is per operation (a Python relay of OpenSSH "
+            "clients' pipes, tried by hand, was no faster than this one)."
         ]
 
     def machine_cpu_per_mb(
