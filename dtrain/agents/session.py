@@ -149,7 +149,7 @@ class AgentSession:
                         self.output_since = None
                 elif kind != proto.PING:
                     self.events.put(AgentEvent(self, kind, task, payload))
-                    if self.budget is not None and kind in (proto.STDOUT, proto.STDERR):
+                    if self.budget is not None and kind in OUTPUT_KINDS:
                         self.budget.take(len(payload), self._mark_heard)
         except (OSError, EOFError, proto.FrameError) as exc:
             logger.debug("stream from %s ended: %s", self.host.name, exc)

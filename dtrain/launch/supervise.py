@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from dtrain.agents.session import AgentEvent, AgentSession, Event, Interrupt, LinkClosed
+from dtrain.agents.session import (
+    OUTPUT_KINDS,
+    AgentEvent,
+    AgentSession,
+    Event,
+    Interrupt,
+    LinkClosed,
+)
 from dtrain.launch.joblog import TaskLog
 from dtrain.launch.results import JobResult, JobState, TaskExit, signal_name
 from dtrain.plan.spec import JobPlan, TaskSpec
@@ -192,7 +199,7 @@ class Supervisor:
         self.console.task_output(run.spec, is_stderr, payload)
 
     def on_agent_event(self, event: AgentEvent) -> None:
-        is_output = event.kind in (proto.STDOUT, proto.STDERR)
+        is_output = event.kind in OUTPUT_KINDS
         if is_output and event.session.budget is not None:
             event.session.budget.give_back(len(event.payload))
         run = self.runs.get(event.task)
