@@ -301,3 +301,28 @@ def test_output_held_up_by_a_slow_launcher_comes_whole_in_fewer_larger_frames() 
     sizes = [size for _, _, size in frames]
     assert max(sizes) <= MERGE_BYTES
     assert max(sizes) > 2 * 65536  # larger than one pipe's worth: frames were merged
+
+
+def test_a_streaming_task_is_read_in_bursts_and_a_quiet_one_line_by_line(agent: Agent) -> None:
+    """A task writing line after line (one write each) has its pipe grown and is read after
+    short rests, a burst of writes at a time, not one frame per write; a task that writes now
+    and then keeps its pipe and has each line read at once. Every line arrives, in order."""
+    from dtrain.remote.agent import PIPE_BYTES
+
+    writes = 20000
+    agent.run(
+        [
+            {"name": "stream", "argv": [PYTHON, program("pipe_size.py"), str(writes), "0"]},
+            {"name": "quiet", "argv": [PYTHON, program("pipe_size.py"), "5", "0.2"]},
+        ]
+    )
+    events = agent.collect(2, timeout_s=60)
+    for task, count in ((0, writes), (1, 5)):
+        lines = output_of(events, task).split(b"\n")[:-1]
+        assert len(lines) == count
+        assert all(line.startswith(f"{i:08d} ".encode()) for i, line in enumerate(lines))
+    assert int(output_of(events, 0, proto.STDERR)) == PIPE_BYTES
+    assert int(output_of(events, 1, proto.STDERR)) < PIPE_BYTES
+    frames = [e for e in events if e.task == 0 and e.kind == proto.STDOUT]
+    assert len(frames) < writes / 4
+    assert len([e for e in events if e.task == 1 and e.kind == proto.STDOUT]) > 1
