@@ -1033,6 +1033,9 @@ class SshLink:
             raise ConnectionError("the ssh connection is closed")
         self.channel = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT_S)
         self.channel.in_buffer = ByteQueue()  # before any data can arrive: exec comes next
+        # Give the window back when half of it is used, as OpenSSH does, not at a tenth
+        # (paramiko's): each adjust is a packet built and encrypted in Python, 5 per MB before.
+        self.channel.in_window_threshold = self.channel.in_window_size // 2
         self.channel.exec_command(command)
         self._stderr = bytearray()
         self.send(agent_payload())
