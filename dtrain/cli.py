@@ -385,8 +385,12 @@ class TerminalConsole:
     """Task output with `[task@host]` prefixes; progress notes on stderr.
 
     A reader that goes away (`dtrain launch ... | head`) silences that stream, not the job:
-    the logs still get everything. Each host's reader thread writes its tasks' output here,
-    and the supervisor its notes: one lock keeps lines whole.
+    the logs still get everything. Each host's reader thread writes its tasks' output here;
+    the notes, the last partial line of a task that ended and the partial lines shown when a
+    task goes quiet are written by the console's own thread. One lock keeps lines whole. So a
+    terminal that stops taking output (Ctrl-S, a pager that is not reading) holds back the
+    tasks, through ssh flow control, but never the supervisor: it still fails fast, stops
+    the job on Ctrl-C and keeps its timers. `close` writes what is left.
     """
 
     def __init__(self, stdout: BinaryIO, stderr: BinaryIO) -> None:
@@ -397,6 +401,10 @@ class TerminalConsole:
         self.prefixers: dict[tuple[str, bool], render.LinePrefixer] = {}
         self.waiting: set[tuple[str, bool]] = set()  # streams holding a partial line
         self.next_due: float | None = None
+        self.posted = threading.Condition(threading.Lock())  # guards the three below
+        self.pending: list[Callable[[], None]] = []
+        self.closing = False
+        self.writer: threading.Thread | None = None
 
     def _write(self, out: BinaryIO, pieces: Sequence[bytes | memoryview]) -> None:
         if id(out) in self.closed or not pieces:
@@ -443,14 +451,12 @@ class TerminalConsole:
         due = prefixer.due()
         if due is not None:
             self.waiting.add(key)
-            self.next_due = due if self.next_due is None else min(self.next_due, due)
+            if self.next_due is None or due < self.next_due:
+                self.next_due = due
+                self._post(None)  # the console's thread shows it if the task goes quiet
 
-    def tick(self) -> float | None:
-        """Show partial lines whose task went quiet; seconds until the next one may be due."""
-        with self.lock:
-            return self._tick()
-
-    def _tick(self) -> float | None:
+    def _tick(self) -> None:
+        """Show partial lines whose task went quiet (with the lock held)."""
         now = time.monotonic()
         if self.next_due is not None and now >= self.next_due:
             self.next_due = None
@@ -464,11 +470,10 @@ class TerminalConsole:
                     self.waiting.discard(key)
                 else:
                     self.next_due = due if self.next_due is None else min(self.next_due, due)
-        return None if self.next_due is None else max(self.next_due - now, 0.0)
 
     def task_closed(self, task: TaskSpec) -> None:
-        with self.lock:
-            self._task_closed(task)
+        """Show what is left of the task's last line (on the console's thread)."""
+        self._post(lambda: self._task_closed(task))
 
     def _task_closed(self, task: TaskSpec) -> None:
         for is_stderr in (False, True):
@@ -480,8 +485,52 @@ class TerminalConsole:
                     self._write(self.stderr if is_stderr else self.stdout, [rest])
 
     def note(self, message: str) -> None:
-        with self.lock:
-            self._write(self.stderr, [f"dtrain: {message}\n".encode()])
+        """A `dtrain:` line on stderr (on the console's thread, after what came before)."""
+        line = f"dtrain: {message}\n".encode()
+        self._post(lambda: self._write(self.stderr, [line]))
+
+    def _post(self, work: Callable[[], None] | None) -> None:
+        """Hand `work` (or, with None, a new partial-line deadline) to the console's thread."""
+        with self.posted:
+            if not self.closing:
+                if work is not None:
+                    self.pending.append(work)
+                if self.writer is None:
+                    self.writer = threading.Thread(
+                        target=self._run, name="dtrain-console", daemon=True
+                    )
+                    self.writer.start()
+                self.posted.notify()
+                return
+        if work is not None:  # after close: written here (the console lock after `posted`,
+            with self.lock:  # never inside it, as the reader threads take them the other way)
+                work()
+
+    def _run(self) -> None:
+        while True:
+            with self.posted:
+                while not self.pending and not self.closing:
+                    due = self.next_due  # read without the console lock: a hint, rechecked
+                    if due is not None and due <= time.monotonic():
+                        break
+                    self.posted.wait(None if due is None else due - time.monotonic())
+                work, self.pending = self.pending, []
+                last = self.closing and not work
+            with self.lock:
+                for item in work:
+                    item()
+                self._tick()
+            if last:
+                return
+
+    def close(self) -> None:
+        """Write what waits for the console's thread, and end it."""
+        with self.posted:
+            self.closing = True
+            writer = self.writer
+            self.posted.notify()
+        if writer is not None:
+            writer.join()
 
 
 def emit_json(document: dict[str, Any]) -> None:
@@ -640,7 +689,10 @@ def launch(**given: Any) -> None:
     stderr = sys.stderr.buffer
     console = TerminalConsole(stderr if flags.as_json else sys.stdout.buffer, stderr)
     run = Launch(request, job_id, options, console, on_planned=announcer(console))
-    result = run.run()
+    try:
+        result = run.run()
+    finally:
+        console.close()  # its notes before the result, or the error
     sys.stderr.write(render.result_text(result))
     if flags.as_json:
         data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from tests.conftest import PYTHON, program, run_dtrain, start_dtrain
@@ -135,6 +137,7 @@ def test_output_written_from_many_reader_threads_stays_in_whole_prefixed_lines(
             thread.join(60)
         for task in tasks:
             console.task_closed(task)
+        console.close()
     reader.join(60)
     os.close(read_fd)
     seen: dict[str, list[int]] = {task.name: [] for task in tasks}
@@ -143,3 +146,47 @@ def test_output_written_from_many_reader_threads_stays_in_whole_prefixed_lines(
         assert prefix == f"[{name}@h{name[-1]}]" and word == "line", line
         seen[name].append(int(number))
     assert all(numbers == list(range(3000)) for numbers in seen.values())
+
+
+def test_a_console_that_takes_no_output_holds_back_the_tasks_not_the_supervisor(
+    tmp_path: Path,
+) -> None:
+    """A terminal that stops reading (Ctrl-S, a pager that is not reading): the host's reader
+    thread waits in its write, holding the console, but the supervisor's notes and a task's
+    end return at once. Once the terminal reads again, everything shows, in order."""
+    from dtrain.cli import TerminalConsole
+    from dtrain.plan.hosts import local_host
+    from dtrain.plan.spec import Role, TaskSpec
+
+    task = TaskSpec(role=Role.WORKER, index=0, name="worker.0", host=local_host("h"),
+                    address="127.0.0.1", argv=("true",), env={}, label="worker.0@h",
+                    log_name="worker.0.log", workdir="/")  # fmt: skip
+    read_fd, write_fd = os.pipe()  # stdout and stderr are one terminal that stopped reading
+    out = os.fdopen(write_fd, "wb")
+    console = TerminalConsole(out, out)
+    text = b"".join(b"line %06d\n" % i for i in range(20000))  # more than the pipe holds
+    writer = threading.Thread(target=console.task_output, args=(task, False, text + b"tail"))
+    writer.start()
+    writer.join(0.5)
+    assert writer.is_alive()  # the reader thread waits on the terminal, holding the console
+    done = threading.Event()
+
+    def supervise() -> None:  # as the supervisor sees a task end
+        console.task_closed(task)
+        console.note("worker.0@h exited with code 1")
+        done.set()
+
+    threading.Thread(target=supervise, daemon=True).start()
+    assert done.wait(10)  # the supervisor went on; it never waited for the terminal
+    shown = bytearray()
+    deadline = time.monotonic() + 30
+    while not shown.endswith(b"exited with code 1\n") and time.monotonic() < deadline:
+        if select.select([read_fd], [], [], 1.0)[0]:
+            shown.extend(os.read(read_fd, 65536))
+    writer.join(10)
+    console.close()
+    out.close()
+    os.close(read_fd)
+    lines = shown.decode().splitlines()
+    assert lines[:-2] == [f"[worker.0@h] line {i:06d}" for i in range(20000)]
+    assert lines[-2:] == ["[worker.0@h] tail", "dtrain: worker.0@h exited with code 1"]

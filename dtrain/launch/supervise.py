@@ -51,15 +51,14 @@ POLL_S = 0.2  # the longest the loop waits for an event before checking its time
 
 
 class Console(Protocol):
-    """Where task output and dtrain's progress notes go (the CLI decides how they look)."""
+    """Where task output and dtrain's progress notes go (the CLI decides how they look).
+
+    `task_output` runs on the host's reader thread and may wait for the terminal; `note` and
+    `task_closed` run on the supervisor's and must not: it has a job to stop meanwhile."""
 
     def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None: ...
 
     def task_closed(self, task: TaskSpec) -> None: ...
-
-    def tick(self) -> float | None:
-        """Show what waited for its task to go quiet; seconds until the next call is due."""
-        ...
 
     def note(self, message: str) -> None: ...
 
@@ -149,10 +148,8 @@ class Supervisor:
     def run(self) -> JobResult:
         try:
             while not self.is_done():
-                due_s = self.console.tick()
-                wait_s = POLL_S if due_s is None else min(POLL_S, max(due_s, 0.01))
                 try:
-                    event = self.events.get(timeout=wait_s)
+                    event = self.events.get(timeout=POLL_S)
                 except queue.Empty:
                     event = None
                 if event is not None:

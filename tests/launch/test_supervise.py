@@ -155,9 +155,6 @@ class RecordingConsole:
     def note(self, message: str) -> None:
         self.notes.append(message)
 
-    def tick(self) -> float | None:
-        return None  # nothing held back: output is recorded as it comes
-
 
 class Job:
     """A supervisor over one fake session per host of its plan, driven by hand."""
