@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import queue
 import select
+import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-from tests.conftest import PYTHON, program, run_dtrain, start_dtrain
+from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
 
 LAUNCH_ONE = ["launch", "--framework", "torch", "-n", "1", "-s", "0", "--"]
 WAIT_S = 15.0
@@ -190,3 +191,35 @@ def test_a_console_that_takes_no_output_holds_back_the_tasks_not_the_supervisor(
     lines = shown.decode().splitlines()
     assert lines[:-2] == [f"[worker.0@h] line {i:06d}" for i in range(20000)]
     assert lines[-2:] == ["[worker.0@h] tail", "dtrain: worker.0@h exited with code 1"]
+
+
+FLOOD = """
+import os, sys
+open(sys.argv[1], "w").write(str(os.getpid()))
+while True:
+    sys.stdout.write("x" * 99 + "\\n")
+"""
+
+
+def test_ctrl_c_stops_the_tasks_while_nothing_reads_dtrain_s_output(workdir: Path) -> None:
+    """`dtrain launch ... | less` and the pager waits: the task's output fills dtrain's
+    stdout, nobody reads it, and Ctrl-C must still stop the task, not wait for the reader."""
+    pid_file = workdir / "task.pid"
+    proc = start_dtrain(
+        ["launch", "--framework", "torch", "-n", "1", "--grace", "1", "--",
+         PYTHON, "-c", FLOOD, str(pid_file)],
+        workdir,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        task = int(pid_file.read_text())
+        time.sleep(1.0)  # the flood fills the pipe to dtrain's stdout; nobody reads it
+        proc.send_signal(signal.SIGINT)
+        assert wait_gone([task], 15) == []
+    finally:
+        _, err = proc.communicate(timeout=60)  # read at last: dtrain ends
+    assert proc.returncode == 130
+    assert "interrupted by signal 2" in err
