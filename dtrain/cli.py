@@ -389,8 +389,8 @@ class TerminalConsole:
     the notes, the last partial line of a task that ended and the partial lines shown when a
     task goes quiet are written by the console's own thread. One lock keeps lines whole. So a
     terminal that stops taking output (Ctrl-S, a pager that is not reading) holds back the
-    tasks, through ssh flow control, but never the supervisor: it still fails fast, stops
-    the job on Ctrl-C and keeps its timers. `close` writes what is left.
+    output, and through ssh flow control the tasks, but never the supervisor: Ctrl-C and its
+    timers still stop the job. `close` writes what is left.
     """
 
     def __init__(self, stdout: BinaryIO, stderr: BinaryIO) -> None:
