@@ -382,10 +382,10 @@ class Agent:
         """Stop watching a streaming task's pipe for LINGER_S: its writer fills the (grown)
         pipe meanwhile, and one wake-up and one read take it all. The agent's Python costs per
         read, not per byte, and without a rest a fast agent reads each 4-8 KB write."""
-        if fd not in task.read_at or now - task.read_at[fd] > STREAM_S:
-            task.read_at[fd] = now
-            return
+        last = task.read_at.get(fd)
         task.read_at[fd] = now
+        if last is None or now - last > STREAM_S:
+            return
         if fd not in task.grown:
             if self.pipe_bytes + PIPE_BYTES > PIPE_BUDGET:
                 return  # a 64 KB pipe would fill while resting: the writer would wait
