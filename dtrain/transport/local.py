@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -33,7 +34,9 @@ class LocalLink:
         self._stderr = bytearray()
         self._stderr_thread = threading.Thread(target=self._read_stderr, daemon=True)
         self._stderr_thread.start()
-        self.send(agent_payload())
+        # It may end before reading it (a failed --setup): at end of stream, its stderr says why.
+        with contextlib.suppress(BrokenPipeError):
+            self.send(agent_payload())
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr
