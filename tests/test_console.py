@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from dtrain.plan.hosts import local_host
+from dtrain.plan.spec import Role, TaskSpec
 from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
 
 LAUNCH_ONE = ["launch", "--framework", "torch", "-n", "1", "-s", "0", "--"]
@@ -99,21 +101,21 @@ def test_a_10_mb_line_is_one_line_in_the_log_and_no_empty_line_on_the_console(
     assert log == b"x" * (10 << 20) + b"\n"
 
 
+def console_task(name: str, host: str) -> TaskSpec:
+    """A task as the console sees it: only its label matters."""
+    return TaskSpec(role=Role.WORKER, index=0, name=name, host=local_host(host),
+                    address="127.0.0.1", argv=("true",), env={}, label=f"{name}@{host}",
+                    log_name=f"{name}.log", workdir="/")  # fmt: skip
+
+
 def test_output_written_from_many_reader_threads_stays_in_whole_prefixed_lines(
     tmp_path: Path,
 ) -> None:
     """Each host's reader thread writes its tasks' output to the one console: lines from
     different tasks never interleave inside a line, and each task's lines keep their order."""
     from dtrain.cli import TerminalConsole
-    from dtrain.plan.hosts import local_host
-    from dtrain.plan.spec import Role, TaskSpec
 
-    tasks = [
-        TaskSpec(role=Role.WORKER, index=i, name=f"worker.{i}", host=local_host(f"h{i}"),
-                 address="127.0.0.1", argv=("true",), env={}, label=f"worker.{i}@h{i}",
-                 log_name=f"worker.{i}.log", workdir="/")
-        for i in range(4)
-    ]  # fmt: skip
+    tasks = [console_task(f"worker.{i}", f"h{i}") for i in range(4)]
     read_fd, write_fd = os.pipe()  # a terminal's pipe: big writes to it can be cut and mixed
     shown = bytearray()
 
@@ -156,12 +158,8 @@ def test_a_console_that_takes_no_output_holds_back_the_tasks_not_the_supervisor(
     thread waits in its write, holding the console, but the supervisor's notes and a task's
     end return at once. Once the terminal reads again, everything shows, in order."""
     from dtrain.cli import TerminalConsole
-    from dtrain.plan.hosts import local_host
-    from dtrain.plan.spec import Role, TaskSpec
 
-    task = TaskSpec(role=Role.WORKER, index=0, name="worker.0", host=local_host("h"),
-                    address="127.0.0.1", argv=("true",), env={}, label="worker.0@h",
-                    log_name="worker.0.log", workdir="/")  # fmt: skip
+    task = console_task("worker.0", "h")
     read_fd, write_fd = os.pipe()  # stdout and stderr are one terminal that stopped reading
     out = os.fdopen(write_fd, "wb")
     console = TerminalConsole(out, out)

@@ -155,7 +155,6 @@ class Agent:
         self.out_registered = False
         self.paused = False
         self.resting = {}  # fd -> (when it is read again, its task, its kind)
-        self.pipe_bytes = 0  # what growing pipes added
         self.tasks = {}
         self.job_id = None
         self.heartbeat_s = 1.0
@@ -387,7 +386,8 @@ class Agent:
         if last is None or now - last > STREAM_S:
             return
         if fd not in task.grown:
-            if self.pipe_bytes + PIPE_BYTES > PIPE_BUDGET:
+            grown = sum(len(t.grown) for t in self.tasks.values())
+            if (grown + 1) * PIPE_BYTES > PIPE_BUDGET:
                 return  # a 64 KB pipe would fill while resting: the writer would wait
             try:
                 import fcntl
@@ -396,7 +396,6 @@ class Agent:
             except OSError:
                 return  # over pipe-max-size or the user's quota: read as before
             task.grown.add(fd)
-            self.pipe_bytes += PIPE_BYTES
         if not self.paused:
             self.selector.unregister(fd)
         self.resting[fd] = (now + LINGER_S, task, kind)
@@ -632,9 +631,7 @@ class Agent:
         if self.resting.pop(fd, None) is None and not self.paused:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(fd)
-        if fd in task.grown:
-            task.grown.discard(fd)
-            self.pipe_bytes -= PIPE_BYTES
+        task.grown.discard(fd)
         stream.close()
 
     def reap(self):
