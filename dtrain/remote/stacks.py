@@ -10,13 +10,16 @@ nothing else here touches the tasks. Standard library only, Python >= 3.6.
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
-from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 from . import procs, proto
+
+# For the type checker only: importing typing would cost every agent's start ~3 ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 TOOL = "py-spy"
 MAX_PARALLEL = 16  # py-spy processes at once: each is short, but a host may run 64 tasks
@@ -68,7 +71,7 @@ def find_tool(dirs, path_var):
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     for search in (path_var, None):
-        found = shutil.which(TOOL, path=search)
+        found = procs.which(TOOL, search)
         if found:
             return found
     return None

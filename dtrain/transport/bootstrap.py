@@ -36,8 +36,10 @@ AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 # sources' hash and the interpreter's bytecode version: a hit skips decompressing, parsing and
 # compiling the agent (~10-15 ms of CPU per host and launch). The cache is used only when the
 # folder and file belong to this user and nobody else may write them; any failure there falls
-# back to compiling, and a file's own digest guards against a torn or altered write. Compiled
-# agents of other dtrain versions are removed once a week old (a shared home may serve several).
+# back to compiling, and a file's own digest guards against a torn or altered write (SHA-256
+# from the interpreter's built-in module where it has one: hashlib would load OpenSSL, ~3 ms).
+# Compiled agents of other dtrain versions are removed once a week old (a shared home may serve
+# several).
 _BOOT = """import os,sys,types,marshal,time
 v=sys.version.split()[0]
 if sys.version_info<(3,6):
@@ -57,8 +59,13 @@ def cache():
  if s.st_uid!=os.getuid() or s.st_mode&0o22 or os.path.islink(d):return None
  t=str(sys.implementation.cache_tag)+"-"+str(marshal.version)
  return os.path.join(d,"agent-{key}-"+t+".bin")
+def sha(r):
+ try:from _sha256 import sha256
+ except ImportError:
+  try:from _sha2 import sha256
+  except ImportError:from hashlib import sha256
+ return sha256(r).digest()
 def load(f):
- import hashlib
  k=os.open(f,os.O_RDONLY|os.O_NOFOLLOW)
  try:
   s=os.fstat(k)
@@ -69,13 +76,12 @@ def load(f):
    if not c:break
    r+=c
  finally:os.close(k)
- if hashlib.sha256(r[32:]).digest()!=r[:32]:return None
+ if sha(r[32:])!=r[:32]:return None
  return marshal.loads(r[32:])
 def save(f,x):
- import hashlib
  r=marshal.dumps(x);t=f+"."+str(os.getpid())
  k=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)
- try:os.write(k,hashlib.sha256(r).digest()+r)
+ try:os.write(k,sha(r)+r)
  finally:os.close(k)
  os.rename(t,f)
  d=os.path.dirname(f)
