@@ -11,7 +11,6 @@ import json
 import logging
 import math
 import os
-import secrets
 import shlex
 import signal
 import stat
@@ -375,7 +374,8 @@ def make_ssh_options(
 
 
 def new_job_id() -> str:
-    return planner.make_job_id(datetime.now(), secrets.token_hex(2))
+    # os.urandom is what secrets.token_hex reads; the secrets module would bring random along.
+    return planner.make_job_id(datetime.now(), os.urandom(2).hex())
 
 
 # ---- console --------------------------------------------------------------------------------

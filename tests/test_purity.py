@@ -16,6 +16,7 @@ PURE = [
     "dtrain.render.processes",
     "dtrain.render.doctor",
     "dtrain.processes.results",
+    "dtrain.processes.launcher",
     "dtrain.processes.stackgroups",
     "dtrain.doctor.parity",
     "dtrain.doctor.judge",
@@ -41,7 +42,14 @@ def test_local_launch_does_not_import_paramiko() -> None:
 
 def test_a_launch_imports_nothing_only_ps_stacks_or_doctor_need() -> None:
     """What `dtrain launch` imports is on every launch's critical path (see render/__init__)."""
-    only_others = ["dtrain.doctor.judge", "dtrain.processes.stackgroups", "dtrain.render.doctor"]
+    only_others = [
+        "dtrain.doctor.judge",
+        "dtrain.processes.stackgroups",
+        "dtrain.processes.results",
+        "dtrain.render.doctor",
+        "ctypes",  # a ProxyCommand's
+        "secrets",
+    ]
     code = (
         "import sys, dtrain.cli, dtrain.launch.lifecycle, dtrain.transport.ssh\n"
         f"print([m for m in {only_others!r} if m in sys.modules])\n"

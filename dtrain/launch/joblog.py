@@ -29,7 +29,7 @@ from typing import Any
 
 from dtrain.errors import UsageError
 from dtrain.plan.spec import JobPlan
-from dtrain.processes.results import DeadLauncherJob, Launcher
+from dtrain.processes.launcher import DeadLauncherJob, Launcher
 from dtrain.remote import procs
 
 logger = logging.getLogger(__name__)

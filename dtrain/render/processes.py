@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dtrain.processes.results import DeadLauncherJob, Fate, HostKill, HostScan, JobProcess
+from dtrain.processes.launcher import DeadLauncherJob
+from dtrain.processes.results import Fate, HostKill, HostScan, JobProcess
 from dtrain.processes.results import duration_text as duration_text  # re-exported for callers
 from dtrain.processes.stackgroups import StacksReport, summary_lines
 from dtrain.render import clock, table

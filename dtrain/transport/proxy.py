@@ -9,7 +9,6 @@ ProxyCommand spins on EOF and leaves the process to its fate; this one does neit
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -24,13 +23,18 @@ STDERR_TAIL = 4096
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dtrain-proxy-spawner")
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when dtrain (the spawning thread) goes away."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _spawn(command: str) -> subprocess.Popen[bytes]:
+    # ctypes only where a ProxyCommand starts (~4 ms of every launch's start otherwise), and
+    # loaded here: a child between fork and exec must not import.
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+
+    def die_with_parent() -> None:
+        """In the child before exec: SIGKILL when dtrain (the spawning thread) goes away."""
+        with contextlib.suppress(Exception):
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
     return subprocess.Popen(
         ["/bin/sh", "-c", f"exec {command}"],
         stdin=subprocess.PIPE,
@@ -39,7 +43,7 @@ def _spawn(command: str) -> subprocess.Popen[bytes]:
         bufsize=0,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
 
 

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dtrain.launch.joblog import RESERVE_FILE, launcher_is_gone, this_launcher
-from dtrain.processes.results import Launcher
+from dtrain.processes.launcher import Launcher
 from tests.conftest import (
     PYTHON,
     dtrain_argv,

@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 
 from dtrain.errors import ExitCode, Problem
+from dtrain.processes.launcher import DeadLauncherJob, Launcher
 from dtrain.processes.results import (
-    DeadLauncherJob,
     HostKill,
     HostScan,
     JobProcess,
-    Launcher,
     Survivor,
     kill_outcome,
     scan_outcome,
