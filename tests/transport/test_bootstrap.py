@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import marshal
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from dtrain.transport import bootstrap
 from dtrain.transport.bootstrap import agent_payload, boot_code, remote_command
 
 
@@ -95,3 +102,32 @@ def test_the_agent_starts_without_what_only_the_doctor_or_the_type_checker_impor
         imported = {line.rsplit("|", 1)[-1].strip() for line in lines}
         assert "selectors" in imported  # the agent did start
         assert not imported & {"typing", "shutil", "hashlib", "_hashlib", "random", "bz2", "lzma"}
+
+
+def test_hosts_connecting_at_once_build_the_agents_payload_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each host's connection thread asks for the payload as it connects; one builds it."""
+    expected = agent_payload()
+    real_dumps = json.dumps
+
+    def slow_dumps(obj: Any) -> str:
+        time.sleep(0.05)  # every thread arrives while the first is still building
+        return real_dumps(obj)
+
+    monkeypatch.setattr(json, "dumps", slow_dumps)  # the json module bootstrap uses
+    bootstrap._build_payload.cache_clear()
+    start = threading.Barrier(8)
+    got: list[bytes] = []
+
+    def connect() -> None:
+        start.wait()
+        got.append(agent_payload())
+
+    threads = [threading.Thread(target=connect) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert got == [expected] * 8
+    assert bootstrap._build_payload.cache_info().misses == 1
