@@ -297,6 +297,19 @@ class Report:
             text += " + scheduler"
         return text
 
+    def relay_ratios(self, modes: Sequence[str]) -> list[tuple[float, str, int, int]]:
+        """dtrain's log throughput against raw ssh at every log shape run, in `modes`:
+        (ratio, mode, hosts, per_host)."""
+        shapes = sorted({(r["hosts"], r["per_host"]) for r in select(self.records, scenario="log")})
+        ratios = []
+        for mode in modes:
+            for hosts, per_host in shapes:
+                d = self.stream_rate(mode, hosts, per_host, "dtrain")
+                s = self.stream_rate(mode, hosts, per_host, "ssh")
+                if d and s:
+                    ratios.append((d / s, mode, hosts, per_host))
+        return ratios
+
     def stream_rate(self, mode: str, hosts: int, per_host: int, launcher: str) -> float | None:
         """MB/s the tasks' output reached the launcher's stdout: bytes the tasks wrote over the
         time from the first task's start to the end (launch latency left out)."""
@@ -377,14 +390,7 @@ class Report:
                         orphans == 0,
                     )
                 )
-        ratios = []  # dtrain's throughput against raw ssh, every log config and mode
-        for mode in self.modes:
-            configs = {(r["hosts"], r["per_host"]) for r in select(self.records, scenario="log")}
-            for lh, lk in sorted(configs):
-                d = self.stream_rate(mode, lh, lk, "dtrain")
-                s = self.stream_rate(mode, lh, lk, "ssh")
-                if d and s:
-                    ratios.append((d / s, f"{lh}×{lk}, {mode}"))
+        ratios = [(r, f"{h}×{k}, {m}") for r, m, h, k in self.relay_ratios(self.modes)]
         if ratios:
             worst, where = min(ratios)
             best, _ = max(ratios)
@@ -692,13 +698,7 @@ class Report:
         mode = "blank" if "blank" in self.modes else (self.modes[0] if self.modes else "as-is")
         d = self.stream_rate(mode, 1, 1, "dtrain")
         s = self.stream_rate(mode, 1, 1, "ssh")
-        every = [
-            (self.stream_rate(m, hh, kk, "dtrain"), self.stream_rate(m, hh, kk, "ssh"))
-            for m in self.modes
-            for hh in self.host_counts
-            for kk in self.per_host
-        ]
-        if d is None or s is None or all(dd >= 0.8 * ss for dd, ss in every if dd and ss):
+        if d is None or s is None or all(r >= 0.8 for r, *_ in self.relay_ratios(self.modes)):
             return []
         megabytes = self.meta.get("settings", {}).get("log_mb_per_host", 40.0)
 
@@ -748,11 +748,9 @@ class Report:
                 f"{top}."
             )
         machine = ""
-        shapes = [(self.stream_rate(mode, hh, kk, "dtrain"), self.stream_rate(mode, hh, kk, "ssh"),
-                   hh, kk) for hh in self.host_counts for kk in self.per_host]  # fmt: skip
-        ratios = [(dd / ss, hh, kk) for dd, ss, hh, kk in shapes if dd and ss]
+        ratios = self.relay_ratios([mode])
         if ratios:
-            worst, wh, wk = min(ratios)
+            worst, _, wh, wk = min(ratios)
             per_mb = {x: self.machine_cpu_per_mb(mode, wh, wk, x) for x in ("dtrain", "ssh")}
             if per_mb["dtrain"] and per_mb["ssh"]:
                 machine = (
