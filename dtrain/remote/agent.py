@@ -44,6 +44,7 @@ STREAM_S = 0.005
 LINGER_S = 0.001
 PIPE_BYTES = 1 << 18
 PIPE_BUDGET = 1 << 24  # all grown pipes together: the user's pipe quota is shared
+OUT_PIPE_BYTES = 1 << 20  # the stream to the launcher's pipe, once it fills (see grow_out)
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ from Python 3.10 on
 DRAIN_S = (
     2.0  # after a task exits, how long its pipes may stay open (grandchildren) before we report
@@ -60,6 +61,18 @@ def _set_nonblocking(fd):
 
 
 _PRCTL = []  # type: List[Any]  # resolved once in the agent; each fork only calls it
+
+
+def _grow_pipe(fd, size):
+    """Whether the pipe at `fd` now holds `size` bytes (not a pipe, over pipe-max-size or
+    over the user's pipe quota: no)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, F_SETPIPE_SZ, size)
+    except OSError:
+        return False
+    return True
 
 
 def _resolve_prctl():
@@ -156,6 +169,7 @@ class Agent:
         self.merge_key = None  # that frame's (kind, task)
         self.merge_size = 0  # and its payload's size
         self.out_registered = False
+        self.out_grown = False  # whether the stream's pipe was grown (once, when it first filled)
         self.paused = False
         self.resting = {}  # fd -> (when it is read again, its task, its kind)
         self.tasks = {}
@@ -343,6 +357,8 @@ class Agent:
                     asked = min(len(view), READ_CHUNK * 4)
                     written = os.write(self.out_fd, view[:asked])
             except (BlockingIOError, InterruptedError):
+                if not final and self.grow_out():
+                    continue
                 if not final or time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
@@ -353,6 +369,8 @@ class Agent:
             del self.out[:written]
             self.merge_at -= written  # below 0: its header is on its way, it cannot grow
             if written < asked and not final:
+                if self.grow_out():
+                    continue
                 break  # the stream is full: select says when it takes more
         if self.gone is not None:
             del self.out[:]
@@ -365,6 +383,15 @@ class Agent:
                 self.selector.unregister(self.out_fd)
             self.out_registered = want
         self.apply_backpressure()
+
+    def grow_out(self):
+        """Grow the stream's pipe the first time it fills: sshd drains it 32 KB a read, and
+        at 64 KB (Linux's default) each frame took several wake-ups and writes. True if there
+        is room now."""
+        if self.out_grown:
+            return False
+        self.out_grown = True
+        return _grow_pipe(self.out_fd, OUT_PIPE_BYTES)
 
     def apply_backpressure(self):
         pause = len(self.out) > HIGH_WATER or (self.paused and len(self.out) > LOW_WATER)
@@ -392,11 +419,7 @@ class Agent:
             grown = sum(len(t.grown) for t in self.tasks.values())
             if (grown + 1) * PIPE_BYTES > PIPE_BUDGET:
                 return  # a 64 KB pipe would fill while resting: the writer would wait
-            try:
-                import fcntl
-
-                fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:
+            if not _grow_pipe(fd, PIPE_BYTES):
                 return  # over pipe-max-size or the user's quota: read as before
             task.grown.add(fd)
         if not self.paused:

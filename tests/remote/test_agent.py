@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -263,9 +264,10 @@ def teardown_module() -> None:
 def test_output_held_up_by_a_slow_launcher_comes_whole_in_fewer_larger_frames() -> None:
     """The session's output handler (the supervisor's log and console writes) runs on its
     reader thread; while it is stuck, the host is not silent, and the agent grows the frames
-    that wait for it instead of sending one per pipe read. Every byte still arrives, in order,
-    and the task's exit only after its output."""
-    from dtrain.remote.agent import MERGE_BYTES
+    that wait for it instead of sending one per pipe read, and the pipe it writes them to
+    (64 KB took a quarter of a frame per wake-up). Every byte still arrives, in order, and the
+    task's exit only after its output."""
+    from dtrain.remote.agent import MERGE_BYTES, OUT_PIPE_BYTES
 
     frames: list[tuple[int, int, int]] = []  # (task, kind, size) as the handler saw them
     received = bytearray()
@@ -280,12 +282,17 @@ def test_output_held_up_by_a_slow_launcher_comes_whole_in_fewer_larger_frames() 
         received.extend(payload)
 
     agent = Agent()
+    assert isinstance(agent.session.link, LocalLink)
+    stream = agent.session.link.proc.stdout  # the read end of the agent's output pipe
+    assert stream is not None
     try:
         agent.session.output = handler
+        assert fcntl.fcntl(stream.fileno(), fcntl.F_GETPIPE_SZ) < OUT_PIPE_BYTES
         agent.run([{"name": "a", "argv": [PYTHON, program("write_lots.py"), "8"]}])
         assert stuck.wait(20)
         time.sleep(1.0)  # the task goes on writing; the agent's queue fills
         assert agent.session.silent_for(time.monotonic() + 100) == 0.0
+        assert fcntl.fcntl(stream.fileno(), fcntl.F_GETPIPE_SZ) == OUT_PIPE_BYTES
         release.set()
         events = agent.collect(1, timeout_s=60)
         exited_after = len(received)  # the exit was queued after the handler saw everything
