@@ -543,19 +543,16 @@ class Report:
             )
         local = select(self.records, scenario="local-overhead")
         cli = med(select(local, launcher="import dtrain.cli"), "wall_s")
-        needed = med(select(local, launcher="import dtrain.launch.lifecycle"), "wall_s")
         paramiko = med(select(local, launcher="import paramiko"), "wall_s")
         python = med(select(local, launcher="venv python"), "wall_s")
-        if cli is not None and needed is not None and python is not None:
-            unused = cli - needed
+        if cli is not None and python is not None:
             where = "all of it what `launch` needs (click, the launcher, planning, its printing)"
             unneeded = self.unneeded_imports()
-            if unused > 0.03 and unneeded:
-                names = ", ".join(unneeded)
+            if unneeded:
                 where = (
-                    f"of which {secs(unused)} is modules `launch` does not need; by "
-                    f"`python -X importtime` the largest are {names}, imported at module "
-                    "level: import them inside the functions that use them"
+                    "some of it modules `launch` does not need: by `python -X importtime` the "
+                    f"largest are {', '.join(unneeded)}, imported at module level; import them "
+                    "inside the functions that use them"
                 )
             items.append(
                 f"- **Imports before the first connection.** `import dtrain.cli` takes "
@@ -675,8 +672,8 @@ class Report:
         dtrain.render` do not, as text: each direct import with the costliest module it pulls
         in."""
         record = next(iter(select(self.records, scenario="imports")), None)
-        if record is None:
-            return []
+        if record is None or not record.get("complete"):
+            return []  # runs before 3f1c06d kept only imports of 5 ms or more: no set to compare
         needed = {name for name, _, _ in record["launch"]}
         chosen: list[tuple[float, str]] = []
         children: list[tuple[float, str]] = []  # importtime lists children before parents
