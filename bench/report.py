@@ -673,7 +673,7 @@ class Report:
         in."""
         record = next(iter(select(self.records, scenario="imports")), None)
         if record is None or not record.get("complete"):
-            return []  # runs before 3f1c06d kept only imports of 5 ms or more: no set to compare
+            return []  # older runs kept only imports of 5 ms or more: no complete set to compare
         needed = {name for name, _, _ in record["launch"]}
         chosen: list[tuple[float, str]] = []
         children: list[tuple[float, str]] = []  # importtime lists children before parents

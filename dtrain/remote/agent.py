@@ -44,7 +44,7 @@ STREAM_S = 0.005
 LINGER_S = 0.001
 PIPE_BYTES = 1 << 18
 PIPE_BUDGET = 1 << 24  # all grown pipes together: the user's pipe quota is shared
-OUT_PIPE_BYTES = 1 << 20  # the stream to the launcher's pipe, once it fills (see grow_out)
+OUT_PIPE_BYTES = 1 << 20  # the pipe the agent writes its frames to, once full (see grow_out)
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ from Python 3.10 on
 DRAIN_S = (
     2.0  # after a task exits, how long its pipes may stay open (grandchildren) before we report
