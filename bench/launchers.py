@@ -185,6 +185,7 @@ LABELS = {
     "tracker": "dmlc tracker",
     "dtrain-local": "dtrain (local)",
     "dtrain-pathpy": "dtrain --remote-python python3 (login PATH)",
+    "dtrain-split": "dtrain, two launchers of half the hosts each",
 }
 
 

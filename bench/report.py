@@ -20,6 +20,7 @@ from bench.launchers import LABELS
 Record = Mapping[str, Any]
 PEERS = ("pdsh", "ssh", "tracker")
 ORDER = ("dtrain", *PEERS)
+SPLIT_HELPS = 1.10  # two launchers relay this much faster than one: the lock held it back
 MODE_TEXT = {
     "as-is": "remote `~/.bashrc` as-is (pyenv init)",
     "blank": "remote `~/.bashrc` blanked",
@@ -320,6 +321,44 @@ class Report:
             if r.get("ok") and r.get("first_task_s") is not None and r["e2e_s"] > r["first_task_s"]
         ]
         return statistics.median(rates) if rates else None
+
+    def split_rates(self, mode: str) -> list[tuple[int, int, float, float]]:
+        """(hosts, per_host, MB/s in one dtrain, MB/s in two dtrain launchers of half the
+        hosts each) at every shape that ran both ways."""
+        shapes = sorted(
+            {(r["hosts"], r["per_host"]) for r in select(self.records, scenario="log",
+                                                         launcher="dtrain-split")}
+        )  # fmt: skip
+        found = []
+        for hosts, per_host in shapes:
+            one = self.stream_rate(mode, hosts, per_host, "dtrain")
+            two = self.stream_rate(mode, hosts, per_host, "dtrain-split")
+            if one and two:
+                found.append((hosts, per_host, one, two))
+        return found
+
+    def split_text(self, mode: str) -> str:
+        """What relaying in two processes did, shape by shape: where it helps, one
+        interpreter's lock holds the relay back; where it does not, something else does."""
+        split = self.split_rates(mode)
+        if not split:
+            return ""
+        each = ", ".join(f"×{two / one:.2f} at {h}×{k}" for h, k, one, two in split)
+        held = [f"{h}×{k}" for h, k, one, two in split if two / one >= SPLIT_HELPS]
+        free = [f"{h}×{k}" for h, k, one, two in split if two / one < SPLIT_HELPS]
+        text = (
+            f" Relayed by two dtrain launchers at once, each with half the hosts (section 5), "
+            f"the same streams ran at {each} of one launcher's rate (bashrc {mode})"
+        )
+        if held:
+            text += f": one interpreter's lock holds {', '.join(held)} back"
+        if free:
+            text += (
+                f"{'; at ' if held else ': at '}{', '.join(free)} a second interpreter does "
+                "not help, so the lock is not what holds it on this machine (its two cores, "
+                "which the hosts' sshd, agents and tasks share, are)"
+            )
+        return text + "."
 
     def log_cells(self, mode: str, hosts: int, per_host: int) -> list[str]:
         raw = self.stream_rate(mode, hosts, per_host, "ssh")
@@ -776,9 +815,12 @@ class Report:
             "a tenth (each adjust is a packet built in Python). What is left is paramiko's "
             "per-packet Python, the agent's Python per read on each host, and the one GIL "
             "all hosts' threads share."
-            f"{machine} The direction is fewer Python operations per byte, or one relay "
-            "process per group of hosts: the cost is per operation (a Python relay of OpenSSH "
-            "clients' pipes, tried by hand, was no faster than this one)."
+            f"{machine}{self.split_text(mode)} On a launcher machine with more cores than "
+            "the hosts need of it, the one process's cap above is what would remain; one relay "
+            "process per group of hosts, each writing its own tasks' logs and console lines, "
+            "would lift it (a relay of OpenSSH clients' pipes in one Python process, tried by "
+            "hand, was no faster than this one: the cost is per Python operation, not the "
+            "cipher)."
         ]
 
     def machine_cpu_per_mb(
@@ -1032,7 +1074,9 @@ class Report:
             "the bytes the tasks wrote over the time from the first task's start to the end "
             "(the goal is judged on it). The reference is the "
             "one-ssh-per-task launcher: `ssh host cmd >file`, one per task, in parallel. "
-            "pdsh and dtrain add a prefix to every line (pdsh `host: `, dtrain `[task@host] `).",
+            "pdsh and dtrain add a prefix to every line (pdsh `host: `, dtrain `[task@host] `). "
+            "After each run the harness deletes its stdout file and dtrain's task logs, so no "
+            "run pays for the kernel writing an earlier run's hundreds of MB back to disk.",
             "",
         ]
         for mode in self.modes:
@@ -1056,6 +1100,24 @@ class Report:
                 out += [f"### {MODE_TEXT[mode]} (wall time, × raw ssh)", ""]
                 header = ["hosts×tasks", *(LABELS[x] for x in ORDER), "throughput (× raw ssh)"]
                 out += table(header, rows)
+        split = [
+            [MODE_TEXT[mode], f"{h}×{k}", f"{one:.0f} MB/s", f"{two:.0f} MB/s", f"×{two / one:.2f}"]
+            for mode in self.modes
+            for h, k, one, two in self.split_rates(mode)
+        ]
+        if split:
+            out += [
+                "### The same streams through two dtrain launchers",
+                "",
+                "Every shape with more than one host also ran as two dtrain launchers started "
+                "together, each with half the hosts (`split_log`, `bench/scenarios.py`): two "
+                "interpreters relay what one relays otherwise, and the rate is counted the same "
+                "way, from the first task's start to the last launcher's end. Where one "
+                "interpreter's lock holds the relay back, two relay faster.",
+                "",
+            ]
+            out += table(["remote bashrc", "hosts×tasks", "one launcher", "two launchers",
+                          "two / one"], split)  # fmt: skip
         return out
 
     def resource_tables(self) -> list[str]:

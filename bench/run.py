@@ -37,6 +37,7 @@ from bench import calibrate, launchers, profile, report, scenarios  # noqa: E402
 
 PEERS = ("pdsh", "ssh", "tracker")
 LAUNCHERS = ("dtrain", *PEERS)
+SPLIT = "dtrain-split"  # log only: two dtrain launchers, each with half the hosts
 BASHRC_MODES = ("as-is", "blank")
 LOCK_BREATHER_S = 1.0  # between cluster sessions: lets a waiting user of the lock in
 
@@ -259,15 +260,24 @@ def phase_signals(ctx: scenarios.Context, settings: Settings, results: Results) 
 def phase_log(ctx: scenarios.Context, settings: Settings, results: Results) -> None:
     """Log throughput: each host's tasks write log_mb_per_host MB of lines between them (more
     than the relays buffer, so the stream, not the start, is timed); the launcher's stdout is
-    a file. With profiling, py-spy then watches dtrain stream one host's output."""
+    a file. Shapes with more hosts than one also run as two dtrain launchers of half the
+    hosts each, started together (is one interpreter what holds the relay back?). With
+    profiling, py-spy then watches dtrain stream one host's output."""
     for rep in range(settings.log_reps):
         for hosts, per_host in settings.log_configs:
             megabytes = settings.log_mb_per_host / per_host
-            for launcher in rotated(LAUNCHERS, rep + hosts):
-                record = scenarios.job(
-                    ctx, launcher, hosts, per_host, "log", rep, megabytes=megabytes
-                )
+            split = (SPLIT,) if hosts >= 2 else ()  # the same hosts, two launchers at once
+            for launcher in rotated([*LAUNCHERS, *split], rep + hosts):
+                if launcher == SPLIT:
+                    record = scenarios.split_log(ctx, 2, hosts, per_host, rep, megabytes)
+                else:
+                    record = scenarios.job(
+                        ctx, launcher, hosts, per_host, "log", rep, megabytes=megabytes
+                    )
                 results.add(record)
+                # the run's task logs (the stdout file went already): hundreds of MB that the
+                # kernel would write back to disk during a later run, on the cores it measures
+                shutil.rmtree(ctx.setup.scratch / "dtrain-logs", ignore_errors=True)
     if settings.profile:
         megabytes = settings.log_mb_per_host * 2.5  # long enough to sample the stream itself
         results.add(profile.sampled(ctx, 1, 1, scenario="log", megabytes=megabytes))

@@ -153,11 +153,12 @@ class Run:
     local: list[Pid] = field(default_factory=list)
     watched: list[Pid] = field(default_factory=list)  # the tasks whose end is timed
     alone: bool = True  # no other run on the hosts: their CPU is all this run's
+    first_host: int = 0  # the run's hosts are the cluster's from this one on
     _cpu_before: float = 0.0
 
     def __post_init__(self) -> None:
         self.stamp = self.ctx.stamp_dir(f"{self.launcher}-{self.scenario}")
-        hosts = self.ctx.hosts[: self.n_hosts]
+        hosts = self.ctx.hosts[self.first_host : self.first_host + self.n_hosts]
         tasks = self.n_hosts * self.per_host
         argv = launchers.task_argv(
             self.stamp, MODES[self.scenario], tasks, self.ctx.life_s, self.megabytes
@@ -415,6 +416,51 @@ def job(ctx: Context, launcher: str, n_hosts: int, per_host: int, scenario: str,
     finally:
         run.cleanup()
     return run.record
+
+
+def split_log(ctx: Context, parts: int, n_hosts: int, per_host: int, rep: int,
+              megabytes: float, timeout_s: float = 120.0) -> dict[str, Any]:  # fmt: skip
+    """The log job relayed by `parts` dtrain launchers at once, each with its own share of
+    the hosts: whether one launcher process (one interpreter's lock) is what holds the relay
+    back. One record for the whole, as launcher "dtrain-split": the first task's start, the
+    last end, and every launcher's and host's CPU added up (the shares share no host)."""
+    share = n_hosts // parts
+    runs = [
+        Run(ctx, "dtrain", share, per_host, "log", rep, megabytes, first_host=i * share)
+        for i in range(parts)
+    ]
+    started: list[Run] = []
+    try:
+        for run in runs:
+            started.append(run)
+            run.start()
+        for run in runs:
+            run.measure_job(timeout_s)
+    finally:
+        for run in started:
+            run.cleanup()
+    t0 = min(run.t0 for run in runs)
+    records = [run.record for run in runs]
+    record: dict[str, Any] = {
+        **{key: records[0][key] for key in ("scenario", "bashrc", "per_host", "rep")},
+        "launcher": "dtrain-split",
+        "hosts": share * parts,
+        "tasks": share * parts * per_host,
+        "processes": parts,
+        "ok": all(r["ok"] for r in records),
+        "errors": [e for r in records for e in r["errors"]],
+        "t0": t0,
+    }
+    for key in ("bytes_written", "bytes_out", "cpu_s", "remote_cpu_s"):
+        found = [r.get(key) for r in records]
+        record[key] = None if None in found else sum(found)
+    for key in ("first_task_s", "launch_s", "e2e_s"):
+        if any(r.get(key) is None for r in records):
+            record.pop(key, None)
+            continue
+        at = [run.t0 + run.record[key] for run in runs]
+        record[key] = (min(at) if key == "first_task_s" else max(at)) - t0
+    return record
 
 
 def teardown(runs: Sequence[Run], bound_s: float) -> list[dict[str, Any]]:
