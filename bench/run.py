@@ -275,9 +275,6 @@ def phase_log(ctx: scenarios.Context, settings: Settings, results: Results) -> N
                         ctx, launcher, hosts, per_host, "log", rep, megabytes=megabytes
                     )
                 results.add(record)
-                # the run's task logs (the stdout file went already): hundreds of MB that the
-                # kernel would write back to disk during a later run, on the cores it measures
-                shutil.rmtree(ctx.setup.scratch / "dtrain-logs", ignore_errors=True)
     if settings.profile:
         megabytes = settings.log_mb_per_host * 2.5  # long enough to sample the stream itself
         results.add(profile.sampled(ctx, 1, 1, scenario="log", megabytes=megabytes))

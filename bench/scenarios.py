@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -415,7 +416,16 @@ def job(ctx: Context, launcher: str, n_hosts: int, per_host: int, scenario: str,
         run.measure_job(timeout_s)
     finally:
         run.cleanup()
+        if scenario == "log":
+            forget_logs(ctx)
     return run.record
+
+
+def forget_logs(ctx: Context) -> None:
+    """Delete dtrain's task logs after a log run, as `measure_job` deletes its stdout: hundreds
+    of MB a run that would otherwise pile up in the scratch directory, and that the kernel
+    would write back to disk while later runs are timed."""
+    shutil.rmtree(ctx.setup.scratch / "dtrain-logs", ignore_errors=True)
 
 
 def split_log(ctx: Context, parts: int, n_hosts: int, per_host: int, rep: int,
@@ -439,6 +449,7 @@ def split_log(ctx: Context, parts: int, n_hosts: int, per_host: int, rep: int,
     finally:
         for run in started:
             run.cleanup()
+        forget_logs(ctx)
     t0 = min(run.t0 for run in runs)
     records = [run.record for run in runs]
     record: dict[str, Any] = {
