@@ -1,5 +1,5 @@
 """`python -m dtrain` is the `dtrain` command."""
 
-from dtrain.cli import main
+from dtrain.cli import run
 
-main()
+run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from dtrain import __version__
-from dtrain.cli import cli, hoist_debug
-from tests.conftest import run_dtrain, start_dtrain
+from dtrain.cli import cli, exit_status, hoist_debug
+from tests.conftest import dtrain_argv, run_dtrain, start_dtrain
 from tests.transport.test_connect_errors import Listener
 
 
@@ -218,3 +219,45 @@ def test_sigterm_while_connecting_says_nothing_was_started(tmp_path: Path) -> No
         silent.stop()
     assert proc.returncode == 143
     assert stderr == "dtrain: stopped by SIGTERM before any task started; nothing is running\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "printed"),
+    [(None, 0, ""), (0, 0, ""), (3, 3, ""), (256, 0, ""), ("bye", 1, "bye\n")],
+)
+def test_the_exit_status_is_the_one_system_exit_gives(
+    code: object, status: int, printed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert exit_status(code) == status
+    assert capsys.readouterr().err == printed
+
+
+def test_output_to_a_pipe_arrives_whole_before_the_program_exits(tmp_path: Path) -> None:
+    """The program leaves without the interpreter's teardown: what it printed is flushed."""
+    result = run_dtrain(["--help"], tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith("Usage: dtrain")
+    assert isinstance(cli, click.Group)
+    last = sorted(cli.commands)[-1]  # the help lists the commands in order: the last line
+    assert result.stdout.rstrip("\n").splitlines()[-1].split()[0] == last
+    assert result.stderr == ""
+
+
+def test_a_reader_that_goes_away_early_gets_no_traceback(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    os.close(read)  # `dtrain launch --help | true`, with the reader already gone
+    try:
+        result = subprocess.run(
+            dtrain_argv("launch", "--help"),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert result.returncode in (0, 1)
+    assert "Traceback" not in result.stderr
+    assert "Exception ignored" not in result.stderr
