@@ -853,7 +853,9 @@ def free_ports(count):
 
 
 def interfaces():
-    """IPv4 address of every interface that has one (Linux ioctl; stdlib has no getifaddrs)."""
+    # type: () -> Dict[str, str]
+    """IPv4 address of every interface that has one (Linux ioctl; stdlib has no getifaddrs);
+    shared by the launcher."""
     import fcntl
     import struct
 
