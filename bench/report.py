@@ -192,13 +192,15 @@ class Report:
             f"{m.get('openssh', '?')}, {m.get('pdsh', '?')}, dmlc tracker from the mxnet "
             f"{m.get('mxnet', '?')} wheel (run unmodified; `Thread.isAlive` aliased at run "
             f"time), launcher Python {m.get('python', '?')}, task Python "
-            f"{m.get('task_python', '?')}; open-file limit {m.get('ulimit_nofile', '?')}.",
+            f"{m.get('task_python', '?')}; open-file limit {m.get('ulimit_nofile', '?')}."
+            + self.install_text(),
             "",
             "## Reproduce",
             "",
             "```sh",
             "sudo apt-get install -y openssh-server openssh-client iproute2 nftables pdsh",
-            ".venv/bin/pip install -e '.[dev,bench]' 'mxnet==1.9.1' 'numpy<1.24' py-spy",
+            ".venv/bin/pip install -e '.[dev,bench]' --config-settings editable_mode=compat \\",
+            "    'mxnet==1.9.1' 'numpy<1.24' py-spy",
             "sudo .venv/bin/python -m bench            # the full run (this page), minutes",
             "sudo .venv/bin/python -m bench --quick    # a smoke run of about a minute",
             ".venv/bin/python -m bench --report bench/results/<stamp>  # rewrite from records",
@@ -211,6 +213,23 @@ class Report:
             "numpy ≥ 1.25).",
             "",
         ]
+
+    def install_text(self) -> str:
+        """How the launcher's Python found dtrain: a start-up cost of dtrain's own, or of the
+        checkout's install."""
+        finder = self.meta.get("dtrain_finder")
+        if finder is None:
+            return ""
+        if finder:
+            return (
+                " dtrain was imported through setuptools' editable finder, which every "
+                "interpreter start imports (~15 ms here) and an installed dtrain does not: its "
+                "launch and start-up figures include that."
+            )
+        return (
+            " dtrain was installed as a plain path (editable_mode=compat), so its start-up "
+            "costs what an installed dtrain's does."
+        )
 
     def headline(self) -> list[str]:
         h, k = self.head

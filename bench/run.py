@@ -505,10 +505,23 @@ def machine() -> dict[str, Any]:
         "openssh": text(["ssh", "-V"]),
         "pdsh": text(["pdsh", "-V"]),
         "dtrain": f"{version('dtrain')} ({commit})",
+        "dtrain_finder": _editable_finder(),
         "paramiko": version("paramiko"),
         "mxnet": version("mxnet"),
         "ulimit_nofile": _nofile(),
     }
+
+
+def _editable_finder() -> bool:
+    """Whether the launcher's Python finds dtrain through setuptools' editable finder, whose
+    import at every interpreter start (~15 ms here) an installed dtrain does not pay
+    (scripts/test.sh installs the checkout with editable_mode=compat: a plain path)."""
+    import site
+
+    return any(
+        any(Path(folder).glob("__editable___dtrain_*finder.py"))
+        for folder in site.getsitepackages()
+    )
 
 
 def _nofile() -> str:
