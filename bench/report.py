@@ -719,7 +719,9 @@ class Report:
             f"dtrain starts the task in {secs(d)} against pdsh's {secs(p)}; `dtrain --version` "
             f"alone takes {secs(version)} here (a bare `python3 -S -c pass` {secs(bare)}): "
             "the Python interpreter and the imports a launch needs (click, planning, paramiko) "
-            "come before the first connection, where pdsh, in C, is already connecting. That "
+            "come before the first connection, where pdsh, in C, is already connecting (at the "
+            "end, dtrain leaves without the interpreter's teardown, which took 40-65 ms: "
+            "`run` in `dtrain/cli.py`). That "
             "gap is fixed, so it shrinks in ratio as jobs grow, and dtrain passes pdsh where "
             "the hosts' work dominates (see *Measured at scale*). What would remove it is not "
             "a faster Python path but no Python before the first connection."
@@ -785,8 +787,9 @@ class Report:
             cost = (
                 f" The launcher spends {cd * 1000:.1f} ms of CPU per MB relayed against "
                 f"{cs * 1000:.1f} ms for the OpenSSH client, and every host's stream runs "
-                "through the same Python process, so one core (the GIL) caps the whole job's "
-                f"log rate near {1 / cd:.0f} MB/s, whatever the host count{head_text}."
+                "through the same Python process, so on a launcher machine with cores to spare "
+                "one core (the GIL) would cap the whole job's log rate near "
+                f"{1 / cd:.0f} MB/s, whatever the host count{head_text}."
             )
         prof = next(
             (r for r in select(self.records, scenario="profile") if r.get("profiled") == "log"),
@@ -807,13 +810,27 @@ class Report:
         if ratios:
             worst, _, wh, wk = min(ratios)
             per_mb = {x: self.machine_cpu_per_mb(mode, wh, wk, x) for x in ("dtrain", "ssh")}
+            parts = {x: self.cpu_per_mb_parts(mode, wh, wk, x) for x in ("dtrain", "ssh")}
             if per_mb["dtrain"] and per_mb["ssh"]:
                 machine = (
                     f" At {wh}×{wk}, the lowest ratio with the bashrc {mode} (×{worst:.2f}), "
                     "the whole machine (launcher, sshd, agents and tasks) spent "
                     f"{per_mb['dtrain'] * 1000:.1f} ms of CPU per MB under dtrain against "
-                    f"{per_mb['ssh'] * 1000:.1f} ms under raw ssh; hosts and launcher share "
-                    "this machine's two cores, so that CPU is where the rest of the gap is."
+                    f"{per_mb['ssh'] * 1000:.1f} ms under raw ssh"
+                )
+                (dl, dh), (sl, sh) = parts["dtrain"], parts["ssh"]
+                if dl is not None and dh is not None and sl is not None and sh is not None:
+                    clients = "the OpenSSH client" if wh * wk == 1 else "the OpenSSH clients"
+                    machine += (
+                        f": the launcher {dl * 1000:.1f} ms against {sl * 1000:.1f} ms for "
+                        f"{clients}, the hosts (sshd, agents, tasks) {dh * 1000:.1f} ms against "
+                        f"{sh * 1000:.1f} ms; under dtrain the bytes pass through one more "
+                        "process on each host, its agent, and the launcher also writes each "
+                        "task's log"
+                    )
+                machine += (
+                    "; hosts and launcher share this machine's two cores, so that CPU is where "
+                    "the rest of the gap is."
                 )
         return [
             f"- **One host's log stream: {d:.0f} MB/s under dtrain, {s:.0f} MB/s through raw "
@@ -832,15 +849,34 @@ class Report:
             "each frame took several wake-ups and writes, and sshd sent smaller packets); "
             "and the launcher gives sshd its window back at half used, as OpenSSH does, not at "
             "a tenth (each adjust is a packet built in Python). What is left is paramiko's "
-            "per-packet Python, the agent's Python per read on each host, and the one GIL "
-            "all hosts' threads share."
-            f"{machine}{self.split_text(mode)} On a launcher machine with more cores than "
-            "the hosts need of it, the one process's cap above is what would remain; one relay "
+            "Python per packet in the launcher and, on each host, the agent the bytes pass "
+            "through."
+            f"{machine}{self.split_text(mode)} On a launcher machine with cores to spare, "
+            "the one process's cap above is what would remain; one relay "
             "process per group of hosts, each writing its own tasks' logs and console lines, "
             "would lift it (a relay of OpenSSH clients' pipes in one Python process, tried by "
             "hand, was no faster than this one: the cost is per Python operation, not the "
             "cipher)."
         ]
+
+    def cpu_per_mb_parts(
+        self, mode: str, hosts: int, per_host: int, launcher: str
+    ) -> tuple[float | None, float | None]:
+        """(launcher, hosts) CPU seconds per MB of log, each less what the trivial job of the
+        same shape costs it, medians over the runs."""
+        found = select(self.records, scenario="log", bashrc=mode, hosts=hosts,
+                       per_host=per_host, launcher=launcher)  # fmt: skip
+        found = [r for r in found if r.get("ok") and r.get("bytes_written")]
+        parts: list[float | None] = []
+        for key in ("cpu_s", "remote_cpu_s"):
+            start = self.launch(launcher, mode, hosts, per_host, key) or 0.0
+            values = [
+                (r[key] - start) / (r["bytes_written"] / 1e6)
+                for r in found
+                if r.get(key) is not None
+            ]
+            parts.append(statistics.median(values) if values else None)
+        return parts[0], parts[1]
 
     def machine_cpu_per_mb(
         self, mode: str, hosts: int, per_host: int, launcher: str
