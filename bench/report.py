@@ -809,28 +809,20 @@ class Report:
         ratios = self.relay_ratios([mode])
         if ratios:
             worst, _, wh, wk = min(ratios)
-            per_mb = {x: self.machine_cpu_per_mb(mode, wh, wk, x) for x in ("dtrain", "ssh")}
             parts = {x: self.cpu_per_mb_parts(mode, wh, wk, x) for x in ("dtrain", "ssh")}
-            if per_mb["dtrain"] and per_mb["ssh"]:
+            (dl, dh), (sl, sh) = parts["dtrain"], parts["ssh"]
+            if dl is not None and dh is not None and sl is not None and sh is not None:
+                clients = "the OpenSSH client" if wh * wk == 1 else "the OpenSSH clients"
                 machine = (
                     f" At {wh}×{wk}, the lowest ratio with the bashrc {mode} (×{worst:.2f}), "
                     "the whole machine (launcher, sshd, agents and tasks) spent "
-                    f"{per_mb['dtrain'] * 1000:.1f} ms of CPU per MB under dtrain against "
-                    f"{per_mb['ssh'] * 1000:.1f} ms under raw ssh"
-                )
-                (dl, dh), (sl, sh) = parts["dtrain"], parts["ssh"]
-                if dl is not None and dh is not None and sl is not None and sh is not None:
-                    clients = "the OpenSSH client" if wh * wk == 1 else "the OpenSSH clients"
-                    machine += (
-                        f": the launcher {dl * 1000:.1f} ms against {sl * 1000:.1f} ms for "
-                        f"{clients}, the hosts (sshd, agents, tasks) {dh * 1000:.1f} ms against "
-                        f"{sh * 1000:.1f} ms; under dtrain the bytes pass through one more "
-                        "process on each host, its agent, and the launcher also writes each "
-                        "task's log"
-                    )
-                machine += (
-                    "; hosts and launcher share this machine's two cores, so that CPU is where "
-                    "the rest of the gap is."
+                    f"{(dl + dh) * 1000:.1f} ms of CPU per MB under dtrain against "
+                    f"{(sl + sh) * 1000:.1f} ms under raw ssh: the launcher {dl * 1000:.1f} ms "
+                    f"against {sl * 1000:.1f} ms for {clients}, the hosts (sshd, agents, tasks) "
+                    f"{dh * 1000:.1f} ms against {sh * 1000:.1f} ms. Under dtrain the bytes pass "
+                    "through one more process on each host, its agent, and the launcher also "
+                    "writes each task's log; hosts and launcher share this machine's two cores, "
+                    "so that CPU is where the rest of the gap is."
                 )
         return [
             f"- **One host's log stream: {d:.0f} MB/s under dtrain, {s:.0f} MB/s through raw "
@@ -877,22 +869,6 @@ class Report:
             ]
             parts.append(statistics.median(values) if values else None)
         return parts[0], parts[1]
-
-    def machine_cpu_per_mb(
-        self, mode: str, hosts: int, per_host: int, launcher: str
-    ) -> float | None:
-        """CPU seconds per MB of log, launcher and hosts together (less what the trivial job
-        of the same shape costs them), median over the runs."""
-        found = select(self.records, scenario="log", bashrc=mode, hosts=hosts,
-                       per_host=per_host, launcher=launcher)  # fmt: skip
-        start = sum(self.launch(launcher, mode, hosts, per_host, f) or 0.0
-                    for f in ("cpu_s", "remote_cpu_s"))  # fmt: skip
-        values = [
-            (r["cpu_s"] + r["remote_cpu_s"] - start) / (r["bytes_written"] / 1e6)
-            for r in found
-            if r.get("ok") and r.get("bytes_written") and r.get("remote_cpu_s") is not None
-        ]
-        return statistics.median(values) if values else None
 
     def launch_profile(self, mode: str) -> Record | None:
         found = select(self.records, scenario="profile", bashrc=mode)

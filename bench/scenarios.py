@@ -466,11 +466,9 @@ def split_log(ctx: Context, parts: int, n_hosts: int, per_host: int, rep: int,
         found = [r.get(key) for r in records]
         record[key] = None if None in found else sum(found)
     for key in ("first_task_s", "launch_s", "e2e_s"):
-        if any(r.get(key) is None for r in records):
-            record.pop(key, None)
-            continue
-        at = [run.t0 + run.record[key] for run in runs]
-        record[key] = (min(at) if key == "first_task_s" else max(at)) - t0
+        if all(r.get(key) is not None for r in records):
+            at = [run.t0 + run.record[key] for run in runs]
+            record[key] = (min(at) if key == "first_task_s" else max(at)) - t0
     return record
 
 
