@@ -178,6 +178,7 @@ BUILDERS = {
     "dtrain-local": dtrain_local,
     "dtrain-pathpy": dtrain_path_python,
 }
+SPLIT = "dtrain-split"  # log only: two dtrain launchers at once, each with half the hosts
 LABELS = {
     "dtrain": "dtrain",
     "pdsh": "pdsh",
@@ -185,7 +186,7 @@ LABELS = {
     "tracker": "dmlc tracker",
     "dtrain-local": "dtrain (local)",
     "dtrain-pathpy": "dtrain --remote-python python3 (login PATH)",
-    "dtrain-split": "dtrain, two launchers of half the hosts each",
+    SPLIT: "dtrain, two launchers of half the hosts each",
 }
 
 

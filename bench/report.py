@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import model
-from bench.launchers import LABELS
+from bench.launchers import LABELS, SPLIT
 
 Record = Mapping[str, Any]
 PEERS = ("pdsh", "ssh", "tracker")
@@ -346,12 +346,12 @@ class Report:
         hosts each) at every shape that ran both ways."""
         shapes = sorted(
             {(r["hosts"], r["per_host"]) for r in select(self.records, scenario="log",
-                                                         launcher="dtrain-split")}
+                                                         launcher=SPLIT)}
         )  # fmt: skip
         found = []
         for hosts, per_host in shapes:
             one = self.stream_rate(mode, hosts, per_host, "dtrain")
-            two = self.stream_rate(mode, hosts, per_host, "dtrain-split")
+            two = self.stream_rate(mode, hosts, per_host, SPLIT)
             if one and two:
                 found.append((hosts, per_host, one, two))
         return found

@@ -37,7 +37,6 @@ from bench import calibrate, launchers, profile, report, scenarios  # noqa: E402
 
 PEERS = ("pdsh", "ssh", "tracker")
 LAUNCHERS = ("dtrain", *PEERS)
-SPLIT = "dtrain-split"  # log only: two dtrain launchers, each with half the hosts
 BASHRC_MODES = ("as-is", "blank")
 LOCK_BREATHER_S = 1.0  # between cluster sessions: lets a waiting user of the lock in
 
@@ -266,9 +265,10 @@ def phase_log(ctx: scenarios.Context, settings: Settings, results: Results) -> N
     for rep in range(settings.log_reps):
         for hosts, per_host in settings.log_configs:
             megabytes = settings.log_mb_per_host / per_host
-            split = (SPLIT,) if hosts >= 2 else ()  # the same hosts, two launchers at once
+            # the same hosts, two launchers at once
+            split = (launchers.SPLIT,) if hosts >= 2 else ()
             for launcher in rotated([*LAUNCHERS, *split], rep + hosts):
-                if launcher == SPLIT:
+                if launcher == launchers.SPLIT:
                     record = scenarios.split_log(ctx, 2, hosts, per_host, rep, megabytes)
                 else:
                     record = scenarios.job(

@@ -432,7 +432,7 @@ def split_log(ctx: Context, parts: int, n_hosts: int, per_host: int, rep: int,
               megabytes: float, timeout_s: float = 120.0) -> dict[str, Any]:  # fmt: skip
     """The log job relayed by `parts` dtrain launchers at once, each with its own share of
     the hosts: whether one launcher process (one interpreter's lock) is what holds the relay
-    back. One record for the whole, as launcher "dtrain-split": the first task's start, the
+    back. One record for the whole, as launcher `launchers.SPLIT`: the first task's start, the
     last end, and every launcher's and host's CPU added up (the shares share no host)."""
     share = n_hosts // parts
     runs = [
@@ -454,7 +454,7 @@ def split_log(ctx: Context, parts: int, n_hosts: int, per_host: int, rep: int,
     records = [run.record for run in runs]
     record: dict[str, Any] = {
         **{key: records[0][key] for key in ("scenario", "bashrc", "per_host", "rep")},
-        "launcher": "dtrain-split",
+        "launcher": launchers.SPLIT,
         "hosts": share * parts,
         "tasks": share * parts * per_host,
         "processes": parts,
