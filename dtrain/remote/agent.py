@@ -918,6 +918,11 @@ def host_facts(ports):
 
 
 def main():
+    """Run the agent; once it is done, leave without the interpreter's teardown.
+
+    By then every task is reported and reaped and every frame written; the teardown (garbage
+    collection, freeing each module) took 5-8 ms of each host's CPU on every command, and
+    `dtrain doctor` waits for this machine's agent to exit."""
     agent = Agent()
     try:
         agent.run()
@@ -925,4 +930,7 @@ def main():
         # Never leave tasks behind because of a bug in here.
         agent.signal_tasks([t for t in agent.tasks.values() if t.proc is not None], signal.SIGKILL)
         raise
-    sys.exit(0)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)

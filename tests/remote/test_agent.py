@@ -184,7 +184,11 @@ def test_closed_stream_stops_every_task_and_the_agent_exits() -> None:
     a.session.link.close_input()
     assert wait_gone(pids, 3) == []
     assert a.session.wait_closed(5)
+    link = a.session.link  # it left without the interpreter's teardown, and cleanly
+    assert isinstance(link, LocalLink)
+    assert link.proc.wait(5) == 0
     a.close()
+    assert link.stderr_text() == ""
 
 
 def test_silent_launcher_past_the_lease_stops_every_task() -> None:
