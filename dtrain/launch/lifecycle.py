@@ -67,9 +67,10 @@ class LaunchOptions:
 def import_in_background(names: Sequence[str]) -> threading.Thread:
     """Import modules that later steps need while the launcher waits for its hosts' agents.
 
-    Imported where they are used, the preflight's and the stack taker's modules cost a 1-host
-    launch ~40 ms of its critical path; here they load while the hosts boot their agents, when
-    the launcher has nothing else to do. A module that fails to import fails again, with its
+    Imported where they are used, the preflight's modules cost a 1-host launch ~20 ms of its
+    critical path; here they load while the hosts boot their agents, when the launcher has
+    nothing else to do (the stack taker, which few jobs need, loads when one does:
+    `StacksOnDemand`). A module that fails to import fails again, with its
     error, where it is used.
     """
 
@@ -81,6 +82,36 @@ def import_in_background(names: Sequence[str]) -> threading.Thread:
     thread = threading.Thread(target=work, name="dtrain-imports", daemon=True)
     thread.start()
     return thread
+
+
+class StacksOnDemand:
+    """The stack taker, imported when a hung job first needs it: its modules (10-15 ms) are
+    needed by few jobs, and loading them during every launch, even in a thread, delayed the
+    first requests of a 1-host launch (the threads compete for the interpreter's lock)."""
+
+    def __init__(
+        self, sessions: Mapping[str, AgentSession], job: str, job_dir: Path, budget_s: float
+    ) -> None:
+        self._args = (dict(sessions), job, job_dir, budget_s)
+        self._taker: StackTaker | None = None
+        self._failure: str | None = None
+
+    def start(self) -> None:
+        try:
+            from dtrain.processes import stacks
+        except (ImportError, OSError) as exc:  # a broken install: the job still stops
+            self._failure = f"cannot load dtrain's stack taker ({exc}): reinstall dtrain"
+            return
+        self._taker = stacks.Background(*self._args)
+        self._taker.start()
+
+    def is_done(self) -> bool:
+        return self._failure is not None or (self._taker is not None and self._taker.is_done())
+
+    def summary(self) -> list[str]:
+        if self._failure is not None:
+            return [self._failure]
+        return self._taker.summary() if self._taker is not None else []
 
 
 def host_leases(
@@ -280,8 +311,7 @@ class Launch:
 
     def _later_modules(self) -> list[str]:
         """What the steps after the agents' hello import (see import_in_background)."""
-        later = ["dtrain.doctor.gather"] if self.options.preflight else []
-        return later + (["dtrain.processes.stacks"] if self.options.take_stacks else [])
+        return ["dtrain.doctor.gather"] if self.options.preflight else []
 
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
         """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""
@@ -317,10 +347,8 @@ class Launch:
     def _stack_taker(self, sessions: Mapping[str, AgentSession]) -> StackTaker | None:
         if not self.options.take_stacks or self.plan is None or self.log_dir is None:
             return None
-        from dtrain.processes import stacks
-
         budget_s = SupervisorOptions.stacks_budget_s
-        return stacks.Background(sessions, self.plan.job_id, self.log_dir, budget_s)
+        return StacksOnDemand(sessions, self.plan.job_id, self.log_dir, budget_s)
 
     def _record(self, job_file: joblog.JobFile, result: JobResult) -> None:
         """The final state into job.json; a disk that refuses even that costs a warning only."""
