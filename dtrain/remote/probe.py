@@ -107,7 +107,11 @@ def listed_by_importlib():
     from importlib import metadata
     listed = []
     for dist in metadata.distributions():
-        name, version = head(dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
+        try:
+            text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+        except Exception:  # undecodable, unreadable: its parsed metadata may still answer
+            text = ""
+        name, version = head(text)
         if name is None or version is None:
             try:
                 name, version = dist.metadata["Name"], dist.version

@@ -120,3 +120,21 @@ def test_what_the_fast_reading_is_unsure_of_goes_to_importlib_metadata(
     assert found["listed_by"] == "importlib.metadata"
     assert found["distributions"] == expected
     assert ("zipped" if odd == "zip on sys.path" else "bare") in expected
+
+
+def test_metadata_importlib_cannot_read_loses_that_distribution_not_the_listing(
+    tmp_path: Path,
+) -> None:
+    path = _layout(tmp_path)
+    (path[0] / "bare-7.0.dist-info").mkdir()  # no Version: importlib.metadata decides
+    (path[0] / "bare-7.0.dist-info" / "METADATA").write_text(_metadata("bare", None))
+    (path[0] / "broken-8.0.dist-info").mkdir()
+    (path[0] / "broken-8.0.dist-info" / "METADATA").write_bytes(b"Name: broken\xff\nVersion: 8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(str(p) for p in path))
+        found = probe.interpreter(sys.executable, str(tmp_path))
+    assert found.get("error") is None, found
+    assert found["listed_by"] == "importlib.metadata"
+    listed = found["distributions"]
+    assert isinstance(listed, dict)
+    assert "broken" not in listed and (listed["good"], listed["dup"]) == ("1.0", "1.0")
