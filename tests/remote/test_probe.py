@@ -9,6 +9,7 @@ import sys
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,12 +72,18 @@ def _layout(root: Path) -> list[Path]:
     return [first, second, egg]
 
 
-def _both_views(path: list[Path], cwd: Path) -> tuple[dict[str, object], dict[str, str]]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in path))
+def _listing(path: list[Path], cwd: Path) -> dict[str, Any]:
+    """The probe's answer for this interpreter with `path` as PYTHONPATH, run in `cwd`."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", env["PYTHONPATH"])
-        found = probe.interpreter(sys.executable, str(cwd))
+        patch.setenv("PYTHONPATH", os.pathsep.join(str(p) for p in path))
+        found: dict[str, Any] = probe.interpreter(sys.executable, str(cwd))
     assert found.get("error") is None, found
+    return found
+
+
+def _both_views(path: list[Path], cwd: Path) -> tuple[dict[str, object], dict[str, str]]:
+    found = _listing(path, cwd)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in path))
     out = subprocess.run(
         [sys.executable, "-c", IMPORTLIB_VIEW], env=env, cwd=cwd, capture_output=True, check=True
     ).stdout
@@ -130,10 +137,7 @@ def test_metadata_importlib_cannot_read_loses_that_distribution_not_the_listing(
     (path[0] / "bare-7.0.dist-info" / "METADATA").write_text(_metadata("bare", None))
     (path[0] / "broken-8.0.dist-info").mkdir()
     (path[0] / "broken-8.0.dist-info" / "METADATA").write_bytes(b"Name: broken\xff\nVersion: 8")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(str(p) for p in path))
-        found = probe.interpreter(sys.executable, str(tmp_path))
-    assert found.get("error") is None, found
+    found = _listing(path, tmp_path)
     assert found["listed_by"] == "importlib.metadata"
     listed = found["distributions"]
     assert isinstance(listed, dict)
