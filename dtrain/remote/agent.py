@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from . import files, probe, procs, proto, stacks
+from . import files, heap, probe, procs, proto, stacks
 
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
@@ -478,6 +478,7 @@ class Agent:
         self.tasks = {task.id: task for task in tasks}
         self.reply({"ok": True})
         _resolve_prctl()  # ctypes (~2 ms) now, while the launcher writes the job's log dir
+        heap.keep_freed()  # the tasks' output will pass through here; ctypes is loaded now
 
     def op_start(self, request):
         for task in self.tasks.values():

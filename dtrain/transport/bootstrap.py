@@ -22,7 +22,7 @@ from dtrain import remote
 
 logger = logging.getLogger(__name__)
 
-REMOTE_MODULES = ("proto", "procs", "files", "stacks", "probe", "agent")
+REMOTE_MODULES = ("proto", "procs", "files", "stacks", "probe", "heap", "agent")
 
 TOO_OLD_EXIT = 65  # the agent's python cannot run it: the remote command tries the next one
 AUTO_PYTHON = "auto"
