@@ -683,7 +683,11 @@ class Report:
 
     def doctor_floor(self) -> str:
         """The wall time this machine's cores need for doctor's CPU at the most hosts, against
-        the 1.5x budget: above it, fewer rounds cannot meet the goal here, only less CPU."""
+        the 1.5x budget: above it, fewer rounds cannot meet the goal here, only less CPU.
+
+        Until the launcher starts its first connection no host can work: that part (its
+        interpreter, imports and config, stamped in a run of its own) is serial; only the CPU
+        after it can spread over the cores."""
         cores = self.meta.get("machine", {}).get("cores") or 2
         parts = []
         for mode in self.modes:
@@ -697,12 +701,25 @@ class Report:
             here, hosts = med(top, "cpu_s"), med(top, "remote_cpu_s")
             if here is None or hosts is None:
                 continue
-            floor = (here + hosts) / cores
+            serial = [r for r in select(self.records, scenario="doctor_serial", bashrc=mode,
+                                        hosts=most) if r.get("ok")]  # fmt: skip
+            serial_s, serial_cpu = med(serial, "serial_s"), med(serial, "serial_cpu_s")
+            if serial_s is not None and serial_cpu is not None:
+                rest = max(0.0, here + hosts - serial_cpu)
+                floor = serial_s + rest / cores
+                how = (
+                    f"at least {secs(floor)} of wall: {secs(serial_s)} before its first "
+                    "connection, when no host can start (the launcher's interpreter, imports "
+                    f"and config), then {secs(rest)} of CPU on {cores} cores"
+                )
+            else:
+                floor = (here + hosts) / cores
+                how = f"at least {secs(floor)} of wall on {cores} cores"
             verdict = "above" if floor > 1.5 * one else "below"
             parts.append(
                 f"{mode}: at {most} hosts doctor cost {secs(hosts)} of CPU on the hosts and "
-                f"{secs(here)} in the launcher, at least {secs(floor)} of wall on {cores} "
-                f"cores, {verdict} the ×1.5 budget of {secs(1.5 * one)}"
+                f"{secs(here)} in the launcher, {how}, {verdict} the ×1.5 budget of "
+                f"{secs(1.5 * one)}"
             )
         if not parts:
             return ""

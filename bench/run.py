@@ -357,6 +357,31 @@ def phase_doctor(ctx: scenarios.Context, settings: Settings, results: Results) -
                     else "",
                 }
             )
+    for hosts in (1, max(settings.host_counts)):
+        results.add(doctor_serial_part(ctx, hosts))
+
+
+def doctor_serial_part(ctx: scenarios.Context, hosts: int) -> dict[str, Any]:
+    """One `dtrain doctor`, stamped at its first ssh connection (bench/first_connect.py): the
+    launcher's part before any host can start work, for the floor doctor's CPU sets."""
+    job = launchers.Job(ctx.hosts[:hosts], 1, ())
+    hosts_file = ctx.setup.hosts_file(job, with_slots=False)
+    stamp = ctx.setup.scratch / "first-connect.json"
+    stamp.unlink(missing_ok=True)
+    argv = [sys.executable, str(launchers.REPO / "bench" / "first_connect.py"), str(stamp)]
+    argv += ["doctor", "-H", str(hosts_file), "--ssh-config", str(ctx.setup.ssh_config)]
+    ctx.wait_hosts_quiet(job.hosts)
+    started = time.time()
+    result = subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ctx.setup.scratch, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    ctx.wait_hosts_quiet(job.hosts)
+    record: dict[str, Any] = {"scenario": "doctor_serial", "bashrc": ctx.bashrc, "hosts": hosts}
+    if not stamp.exists():
+        return {**record, "ok": False, "errors": [(result.stdout + result.stderr)[-1500:]]}
+    data = json.loads(stamp.read_text())
+    return {**record, "ok": True, "serial_s": data["at"] - started, "serial_cpu_s": data["cpu_s"]}
 
 
 def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
