@@ -13,6 +13,7 @@ ARGS...
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,6 @@ def live_cpu_s(pid: int) -> float:
 
 
 def main() -> None:
-    import time
-
     out, argv = Path(sys.argv[1]), sys.argv[2:]
     import dtrain.cli
     from dtrain.transport import ssh
