@@ -167,6 +167,20 @@ def cpu_of_tree(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICKS
 
 
+def cpu_of_live_tree(pid: int) -> float:
+    """CPU seconds of `pid` and its live descendants (utime+stime), as they stand now."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) / _TICKS
+    with contextlib.suppress(OSError):  # gone meanwhile
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                total += sum(cpu_of_live_tree(int(child)) for child in children)
+    return total
+
+
 def footprint(pgid: int, also: Iterable[Pid] = ()) -> dict[str, float]:
     """Processes, threads, open fds and RSS (MB) of every live process in group `pgid`, plus
     `also` (helpers that left the group, like pdsh's ssh clients, found by tag)."""
