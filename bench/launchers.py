@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 TASK_PROGRAM = REPO / "bench" / "task.py"
 TASK_INTERPRETER = ("/usr/bin/python3", "-S")
 TRACKER_SHIM = REPO / "bench" / "tracker_shim.py"
+PYTHON_FLOOR = REPO / "bench" / "pyfloor.py"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -144,6 +145,16 @@ def dmlc_tracker(job: Job, setup: Setup) -> Command:
     return Command((*argv, *job.task_argv), {"PATH": path})
 
 
+FLOOR = "pyfloor"  # the trivial job only: what any Python launcher pays
+
+
+def python_floor(job: Job, setup: Setup) -> Command:
+    """The least a Python launcher does (`bench/pyfloor.py`), under the interpreter dtrain runs
+    under: the trivial job only (it neither tears down nor forwards signals)."""
+    argv = [sys.executable, str(PYTHON_FLOOR), str(setup.ssh_config), str(job.per_host)]
+    return Command((*argv, ",".join(job.hosts), *job.task_argv))
+
+
 def dtrain_path_python(job: Job, setup: Setup) -> Command:
     """dtrain with its agent under `python3` from the login PATH (a pyenv shim on these
     hosts), where the default (auto) picks the system python3 first: what the default saves."""
@@ -177,6 +188,7 @@ BUILDERS = {
     "tracker": dmlc_tracker,
     "dtrain-local": dtrain_local,
     "dtrain-pathpy": dtrain_path_python,
+    FLOOR: python_floor,
 }
 SPLIT = "dtrain-split"  # log only: two dtrain launchers at once, each with half the hosts
 LABELS = {
@@ -186,6 +198,7 @@ LABELS = {
     "tracker": "dmlc tracker",
     "dtrain-local": "dtrain (local)",
     "dtrain-pathpy": "dtrain --remote-python python3 (login PATH)",
+    FLOOR: "Python floor",
     SPLIT: "dtrain, two launchers of half the hosts each",
 }
 

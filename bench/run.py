@@ -212,10 +212,11 @@ def phase_launch_more(ctx: scenarios.Context, settings: Settings, results: Resul
 
 
 def trivial_jobs(ctx: scenarios.Context, settings: Settings, results: Results, reps: range) -> None:
-    """The trivial job (launch latency, end to end, CPU, RSS): every launcher, interleaved."""
+    """The trivial job (launch latency, end to end, CPU, RSS): every launcher and the Python
+    floor, interleaved."""
     for rep in reps:
         for hosts, per_host in settings.configs:
-            for launcher in rotated(LAUNCHERS, rep + hosts + per_host):
+            for launcher in rotated([*LAUNCHERS, launchers.FLOOR], rep + hosts + per_host):
                 results.add(scenarios.job(ctx, launcher, hosts, per_host, "trivial", rep))
 
 
