@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenario", choices=("trivial", "log"), default="trivial")
     parser.add_argument("--log-mb", type=float, default=40.0, help="MB per host (log)")
     parser.add_argument("--bashrc", default="blank", help="as-is or blank")
-    parser.add_argument("--peers", default="pdsh", help="comma list of pdsh,ssh (or none)")
+    parser.add_argument("--peers", default="pdsh", help="comma list of pdsh,ssh,pyfloor (or none)")
     args = parser.parse_args(argv)
     builders: dict[str, Builder] = launchers.BUILDERS  # type: ignore[assignment]
     builders["dtrain"] = with_pythonpath(run.REPO)
@@ -64,9 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         names.append(f"dtrain-{folder.name}")
         builders[names[-1]] = with_pythonpath(folder.resolve())
         launchers.compile_dtrain(folder.resolve())
-    names += [p for p in args.peers.split(",") if p in ("pdsh", "ssh")]
+    names += [p for p in args.peers.split(",") if p in ("pdsh", "ssh", launchers.FLOOR)]
     if args.scenario == "log":
-        names = [n for n in names if n != "pdsh"]
+        names = [n for n in names if n not in ("pdsh", launchers.FLOOR)]
     settings = replace(run.Settings(), host_counts=(max(args.hosts),))
     records: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
     # every log run leaves its launchers' output here: gigabytes, gone when the run ends

@@ -32,6 +32,7 @@ from dtrain.transport.options import SlurmOptions, SshOptions
 if TYPE_CHECKING:
     from dtrain.transport.slurm import SlurmStep
     from dtrain.transport.ssh import SshTransport
+    from dtrain.transport.sshconfig import Resolving
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ class AgentGroup:
         self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
         self._lock = threading.Lock()
+        self._ahead: Resolving | None = None
 
     def __enter__(self) -> AgentGroup:
         return self
@@ -164,8 +166,24 @@ class AgentGroup:
         if self._ssh is None:
             from dtrain.transport.ssh import SshTransport
 
-            self._ssh = SshTransport(self.ssh_options)
+            self._ssh = SshTransport(self.ssh_options, self._ahead)
+            self._ahead = None
         return self._ssh
+
+    def resolve_ahead(self, hosts: Sequence[Host]) -> None:
+        """Start `ssh -G` for the remote hosts now, before the ssh transport (and paramiko,
+        ~0.1 s) is imported, so OpenSSH resolves them while it loads; the transport takes
+        the answers, or their error, when it first needs a host's settings."""
+        remote = [h for h in hosts if not h.is_local]
+        begun = self._ssh is not None or self._ahead is not None
+        if not remote or begun or self.slurm is not None or not self.ssh_options.use_openssh:
+            return
+        from dtrain.transport import sshconfig  # no paramiko; local jobs never need it
+
+        openssh = sshconfig.have_openssh()
+        if openssh is not None:
+            keys = list(dict.fromkeys((h.name, h.user, h.port) for h in remote))
+            self._ahead = sshconfig.Resolving(openssh, keys, self.ssh_options.config_file)
 
     def open(self, hosts: Sequence[Host]) -> dict[str, AgentSession]:
         """Connect every host and start an agent on each; any failure names each host, and
@@ -197,6 +215,7 @@ class AgentGroup:
             return self._open_through_slurm(hosts)
         remote = [host for host in hosts if not host.is_local]
         local = [host for host in hosts if host.is_local]
+        self.resolve_ahead(remote)
         problems: dict[str, Problem] = {}
         lock = threading.Lock()
 

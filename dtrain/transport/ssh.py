@@ -571,10 +571,16 @@ def _certified_key(identities: Sequence[str], certificates: Sequence[str]) -> pa
 class SshTransport:
     """One authenticated connection per host, opened in parallel, reused for every channel."""
 
-    def __init__(self, options: SshOptions) -> None:
+    def __init__(self, options: SshOptions, ahead: sshconfig.Resolving | None = None) -> None:
         self.options = options
         # OpenSSH's own resolution where its client exists; else dtrain's reading of the files
         self.openssh = sshconfig.have_openssh() if options.use_openssh else None
+        # `ssh -G` already under way for some hosts (started before paramiko's import)
+        same = ahead is not None and (ahead.ssh, ahead.config_file) == (
+            self.openssh,
+            options.config_file,
+        )
+        self._ahead = ahead if same else None
         self.config = load_ssh_config(options) if self.openssh is None else paramiko.SSHConfig()
         self._settings: dict[tuple[str, str | None, int | None], sshconfig.Settings] = {}
         self._local = sshconfig.Local.here()
@@ -635,10 +641,16 @@ class SshTransport:
         if self.openssh is None:
             return
         keys = list(dict.fromkeys((h.name, h.user, h.port) for h in hosts))
+        started = time.monotonic()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            found = ahead.result()
+            with self._lock:
+                self._settings.update(zip(ahead.hosts, found, strict=True))
+                self.resolve_s += time.monotonic() - started
         missing = [key for key in keys if key not in self._settings]
         if not missing:
             return
-        started = time.monotonic()
         found = sshconfig.resolve_all(self.openssh, missing, self.options.config_file)
         with self._lock:
             self._settings.update(zip(missing, found, strict=True))

@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,15 +177,40 @@ def run_ssh_g(
     return parse_ssh_g(done.stdout)
 
 
+HostKey = tuple[str, str | None, int | None]  # (name, user, port), as a hosts file gives them
+
+
+class Resolving:
+    """`ssh -G` for every (name, user, port), started now, in parallel, and collected later.
+
+    A launch starts it before importing paramiko (~0.1 s), so OpenSSH's processes resolve
+    the hosts while the interpreter loads it instead of after. `result()` gives what
+    `resolve_all` would, and raises its error (the first host's in order).
+    """
+
+    def __init__(self, ssh: str, hosts: Sequence[HostKey], config_file: str | None) -> None:
+        self.ssh = ssh
+        self.config_file = config_file
+        self.hosts = tuple(hosts)
+        self._futures: list[Future[dict[str, tuple[str, ...]]]] = []
+        if self.hosts:
+            pool = ThreadPoolExecutor(
+                min(MAX_PARALLEL, len(self.hosts)), thread_name_prefix="dtrain-ssh-G"
+            )
+            self._futures = [
+                pool.submit(run_ssh_g, ssh, n, config_file, u, p) for n, u, p in self.hosts
+            ]
+            pool.shutdown(wait=False)  # its threads end with the last `ssh -G`
+
+    def result(self) -> list[dict[str, tuple[str, ...]]]:
+        return [f.result() for f in self._futures]
+
+
 def resolve_all(
-    ssh: str, hosts: Sequence[tuple[str, str | None, int | None]], config_file: str | None
+    ssh: str, hosts: Sequence[HostKey], config_file: str | None
 ) -> list[dict[str, tuple[str, ...]]]:
     """`ssh -G` for every (name, user, port), in parallel; the first error wins."""
-    if not hosts:
-        return []
-    with ThreadPoolExecutor(min(MAX_PARALLEL, len(hosts))) as pool:
-        futures = [pool.submit(run_ssh_g, ssh, n, config_file, u, p) for n, u, p in hosts]
-        return [f.result() for f in futures]
+    return Resolving(ssh, hosts, config_file).result()
 
 
 def where_set(ssh: str, name: str, config_file: str | None, keyword: str) -> str:

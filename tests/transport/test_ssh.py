@@ -6,6 +6,8 @@ hosts through these settings is tested on the cluster (tests/cluster/test_launch
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dtrain.agents.group import AgentGroup
 from dtrain.errors import ExitCode, UsageError
 from dtrain.plan.hosts import Host
 from dtrain.transport.options import SshOptions
@@ -289,6 +292,60 @@ def test_with_openssh_tokens_and_include_resolve_as_ssh_does(tmp_path: Path) -> 
     target = transport_for(tmp_path, text, use_openssh=True).target(Host(name="n1"))
     assert (target.hostname, target.user) == ("198.18.0.11", "bob")
     assert target.proxy_command == "ssh -W 198.18.0.11:22 -l bob gate"
+
+
+def logged_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An `ssh` first in PATH that notes each command line, then runs OpenSSH's client."""
+    real = shutil.which("ssh")
+    assert real is not None, "the OpenSSH client is part of the test install"
+    folder, log = tmp_path / "bin", tmp_path / "ssh.log"
+    folder.mkdir()
+    (folder / "ssh").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    (folder / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return log
+
+
+def test_ssh_g_started_ahead_is_what_the_transport_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = logged_ssh(tmp_path, monkeypatch)
+    config = tmp_path / "ssh_config"
+    config.write_text("Host n*\n  HostName 198.18.0.11\n  User bob\n")
+    group = AgentGroup(SshOptions(config_file=str(config), use_openssh=True))
+    hosts = [Host(name="n1"), Host(name="n2", port=2200), Host(name="n1")]
+    group.resolve_ahead(hosts)
+    targets = group.ssh.distinct_targets(hosts[:2])
+    assert [(t.hostname, t.port, t.user) for t in targets] == [
+        ("198.18.0.11", 22, "bob"),
+        ("198.18.0.11", 2200, "bob"),
+    ]
+    assert group.ssh.target(Host(name="n3")).hostname == "198.18.0.11"  # not asked ahead
+    asked = log.read_text().splitlines()
+    assert sorted(line.split()[-1] for line in asked) == ["n1", "n2", "n3"]  # once per host
+    assert asked[-1].endswith(" n3")  # n1 and n2 came first, in parallel
+    assert all(line.startswith("-G ") for line in asked)
+
+
+def test_a_config_openssh_refuses_fails_the_same_when_resolved_ahead(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host n1\n  NoSuchKeyword yes\n")
+    group = AgentGroup(SshOptions(config_file=str(config), use_openssh=True))
+    group.resolve_ahead([Host(name="n1")])
+    with pytest.raises(UsageError, match="OpenSSH refuses the ssh config for host n1"):
+        group.ssh.distinct_targets([Host(name="n1")])
+
+
+def test_nothing_is_resolved_ahead_for_local_hosts_or_without_openssh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = logged_ssh(tmp_path, monkeypatch)
+    config = tmp_path / "ssh_config"
+    config.write_text("Host n1\n  HostName 198.18.0.11\n")
+    AgentGroup(SshOptions(config_file=str(config))).resolve_ahead([Host(name="localhost")])
+    options = SshOptions(config_file=str(config), use_openssh=False)
+    AgentGroup(options).resolve_ahead([Host(name="n1")])
+    assert not log.exists()
 
 
 @pytest.mark.parametrize("use_openssh", [False, True])
