@@ -306,13 +306,18 @@ def logged_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
+def group_over(tmp_path: Path, text: str, use_openssh: bool = True) -> AgentGroup:
+    """An agent group whose ssh config is `text` (OpenSSH resolves it, by default)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(text)
+    return AgentGroup(SshOptions(config_file=str(config), use_openssh=use_openssh))
+
+
 def test_ssh_g_started_ahead_is_what_the_transport_uses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = logged_ssh(tmp_path, monkeypatch)
-    config = tmp_path / "ssh_config"
-    config.write_text("Host n*\n  HostName 198.18.0.11\n  User bob\n")
-    group = AgentGroup(SshOptions(config_file=str(config), use_openssh=True))
+    group = group_over(tmp_path, "Host n*\n  HostName 198.18.0.11\n  User bob\n")
     hosts = [Host(name="n1"), Host(name="n2", port=2200), Host(name="n1")]
     group.resolve_ahead(hosts)
     targets = group.ssh.distinct_targets(hosts[:2])
@@ -328,9 +333,7 @@ def test_ssh_g_started_ahead_is_what_the_transport_uses(
 
 
 def test_a_config_openssh_refuses_fails_the_same_when_resolved_ahead(tmp_path: Path) -> None:
-    config = tmp_path / "ssh_config"
-    config.write_text("Host n1\n  NoSuchKeyword yes\n")
-    group = AgentGroup(SshOptions(config_file=str(config), use_openssh=True))
+    group = group_over(tmp_path, "Host n1\n  NoSuchKeyword yes\n")
     group.resolve_ahead([Host(name="n1")])
     with pytest.raises(UsageError, match="OpenSSH refuses the ssh config for host n1"):
         group.ssh.distinct_targets([Host(name="n1")])
@@ -340,11 +343,9 @@ def test_nothing_is_resolved_ahead_for_local_hosts_or_without_openssh(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = logged_ssh(tmp_path, monkeypatch)
-    config = tmp_path / "ssh_config"
-    config.write_text("Host n1\n  HostName 198.18.0.11\n")
-    AgentGroup(SshOptions(config_file=str(config))).resolve_ahead([Host(name="localhost")])
-    options = SshOptions(config_file=str(config), use_openssh=False)
-    AgentGroup(options).resolve_ahead([Host(name="n1")])
+    text = "Host n1\n  HostName 198.18.0.11\n"
+    group_over(tmp_path, text).resolve_ahead([Host(name="localhost")])
+    group_over(tmp_path, text, use_openssh=False).resolve_ahead([Host(name="n1")])
     assert not log.exists()
 
 
