@@ -30,7 +30,7 @@ from . import files, heap, probe, procs, proto, stacks
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List  # noqa: F401 - used in type comments
+    from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 READ_CHUNK = 1 << 16
 COALESCE_BYTES = 1 << 18
@@ -90,6 +90,48 @@ def _parent_death_signal():
     if _PRCTL and _PRCTL[0] is not None:
         with contextlib.suppress(Exception):
             _PRCTL[0](1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_SETPRIV = []  # type: List[Optional[str]]  # looked up once in the agent
+BINFMT_MISC = "/proc/sys/fs/binfmt_misc"  # the kernel's extra executable formats, if mounted
+
+
+def _resolve_setpriv():
+    """The absolute path of a `setpriv` that sets the parent-death signal and then execs the
+    task (util-linux >= 2.33), else None: older or absent, the fork runs
+    `_parent_death_signal` instead. A preexec function makes Python fork the whole agent and
+    run Python in the child; through setpriv a task spawns by vfork. Starting 16 tasks here:
+    the start answered in 26 ms instead of 58, and the agent and its spawns took 98 ms of CPU
+    instead of 121."""
+    if not _SETPRIV:
+        _SETPRIV.append(find_setpriv())
+    return _SETPRIV[0]
+
+
+def find_setpriv(path=None):
+    """The first `setpriv` on `path` (this process's PATH by default), if it takes
+    --pdeathsig; else None."""
+    found = procs.which("setpriv", path)
+    if found is None or not os.path.isabs(found):
+        return None
+    try:  # an old setpriv refuses the option: exit 1
+        code = subprocess.call(
+            [found, "--pdeathsig", "KILL", "--", found, "--version"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=5.0,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found if code == 0 else None
+
+
+def spawn_argv(argv, setpriv):
+    """What the agent executes for a task's `argv`: through `setpriv` when there is one."""
+    if setpriv is None:
+        return list(argv)
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
 
 
 class TracebackWatch:
@@ -477,8 +519,10 @@ class Agent:
             return
         self.tasks = {task.id: task for task in tasks}
         self.reply({"ok": True})
-        _resolve_prctl()  # ctypes (~2 ms) now, while the launcher writes the job's log dir
-        heap.keep_freed()  # the tasks' output will pass through here; ctypes is loaded now
+        # now, while the launcher writes the job's log dir: setpriv (~2 ms), ctypes (~2 ms)
+        if _resolve_setpriv() is None:
+            _resolve_prctl()
+        heap.keep_freed()  # the tasks' output will pass through here
 
     def op_start(self, request):
         for task in self.tasks.values():
@@ -573,12 +617,14 @@ class Agent:
     # ---- tasks -----------------------------------------------------------------------------
 
     def spawn(self, task):
-        _resolve_prctl()
+        setpriv = _resolve_setpriv()
+        if setpriv is None:
+            _resolve_prctl()
         env = dict(os.environ)
         env.update(task.env)
         try:
             task.proc = subprocess.Popen(
-                task.argv,
+                spawn_argv(task.argv, setpriv),
                 cwd=task.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -586,7 +632,7 @@ class Agent:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_parent_death_signal,
+                preexec_fn=None if setpriv else _parent_death_signal,
             )
         except OSError as exc:
             task.proc = None
@@ -824,11 +870,19 @@ def check_runnable(task):
             )
     else:
         env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
-        if procs.which(program, env_path, task.cwd) is None:
+        found = procs.which(program, env_path, task.cwd)
+        if found is None:
             return (
                 "command not found: %s (PATH=%s)" % (program, env_path),
                 "install it on this host, or give its absolute path in the command",
             )
+        path = os.path.join(task.cwd, found)
+    if exec_format_problem(path):
+        return (
+            "%s has no #! line and is not a program this host can run" % program,
+            "add a #! line naming its interpreter, or put the interpreter first: "
+            "-- python3 %s (or -- sh %s)" % (program, program),
+        )
     if task.script and not os.path.exists(os.path.join(task.cwd, task.script)):
         return (
             "%s: no such file in %s" % (task.script, task.cwd),
@@ -836,6 +890,26 @@ def check_runnable(task):
             "or copy it there with --sync-dst-dir",
         )
     return None
+
+
+def exec_format_problem(path, binfmt_misc=BINFMT_MISC):
+    """Whether the kernel would refuse to run `path` (ENOEXEC): no `#!` line, no ELF header,
+    and no binfmt_misc handler that might take it. execvp, and so setpriv (see `spawn`),
+    would then hand it to /bin/sh, which must not read a Python file as a shell script."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False  # unreadable: the exec itself says why
+    if head[:2] == b"#!" or head == b"\x7fELF":
+        return False
+    try:
+        with open(os.path.join(binfmt_misc, "status")) as f:
+            enabled = f.read().strip() == "enabled"
+        handlers = [n for n in os.listdir(binfmt_misc) if n not in ("register", "status")]
+    except OSError:
+        enabled, handlers = False, []
+    return not (enabled and handlers)
 
 
 def free_ports(count):

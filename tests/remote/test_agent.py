@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from dtrain.agents.session import AgentEvent, AgentSession, LinkClosed
 from dtrain.plan.hosts import local_host
 from dtrain.plan.spec import Role, TaskSpec
 from dtrain.remote import proto
+from dtrain.remote.agent import exec_format_problem, find_setpriv, spawn_argv
 from dtrain.transport.local import LocalLink
 from tests.conftest import PYTHON, SESSION, SESSION_VAR, job_pids, program, wait_gone
 
@@ -45,9 +47,9 @@ def task_spec(
 class Agent:
     """A local agent and the events it sends, for driving it by hand."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.session = AgentSession(local_host("here"), LocalLink(), self.events)
+        self.session = AgentSession(local_host("here"), LocalLink(env), self.events)
         self.next_job = 0
 
     def hello(self, **fields: Any) -> dict[str, Any]:
@@ -175,6 +177,56 @@ def test_unknown_command_and_missing_workdir_are_refused_before_start(agent: Age
         )
 
 
+@pytest.mark.parametrize(
+    ("head", "binfmt", "refused"),
+    [
+        (b"import os\n", None, True),  # a Python file without its #! line
+        (b"", None, True),
+        (b"#!/bin/sh\n", None, False),
+        (b"\x7fELF\x02\x01", None, False),
+        (b"import os\n", ("enabled", ["python3"]), False),  # a handler may take it
+        (b"import os\n", ("disabled", ["python3"]), True),
+        (b"import os\n", ("enabled", []), True),
+    ],
+)
+def test_a_file_the_kernel_cannot_execute_is_found_before_it_is_run(
+    tmp_path: Path, head: bytes, binfmt: tuple[str, list[str]] | None, refused: bool
+) -> None:
+    program = tmp_path / "train"
+    program.write_bytes(head + b"print(1)\n")
+    folder = tmp_path / "binfmt_misc"  # not there: binfmt_misc is not mounted
+    if binfmt is not None:
+        folder.mkdir()
+        (folder / "status").write_text(binfmt[0] + "\n")
+        for name in ["register", *binfmt[1]]:
+            (folder / name).write_text("")
+    assert exec_format_problem(str(program), str(folder)) is refused
+
+
+def test_a_program_without_a_shebang_is_refused_before_start_not_run_by_sh(
+    agent: Agent, tmp_path: Path
+) -> None:
+    plain = tmp_path / "train.py"
+    plain.write_text("import sys\nprint('ran as python')\n")
+    plain.chmod(0o755)
+    fields = ops.task_fields(0, task_spec("a", [str(plain)], {}, str(tmp_path)))
+    if exec_format_problem(str(plain)):  # no binfmt_misc handler here that could take it
+        with pytest.raises(Exception, match=r"(?s)train.py has no #! line .*-- python3 "):
+            agent.session.request(proto.OP_STAGE, 10, job_id="x", tasks=[fields])
+    else:
+        agent.session.request(proto.OP_STAGE, 10, job_id="x", tasks=[fields])
+
+
+def test_a_script_with_a_shebang_runs_through_the_spawn_path(agent: Agent, tmp_path: Path) -> None:
+    script = tmp_path / "run.sh"
+    script.write_text('#!/bin/sh\necho "ran with $# args: $1"\nexit 3\n')
+    script.chmod(0o755)
+    agent.run([{"name": "a", "argv": [str(script), "one two"]}])
+    events = agent.collect(1)
+    assert output_of(events, 0) == b"ran with 1 args: one two\n"
+    assert [json.loads(e.payload)["code"] for e in events if e.kind == proto.EXITED] == [3]
+
+
 def test_closed_stream_stops_every_task_and_the_agent_exits() -> None:
     a = Agent()
     job = a.run([{"name": "a", "argv": [PYTHON, program("spawn_tree.py")]}], grace_s=1)
@@ -204,8 +256,31 @@ def test_silent_launcher_past_the_lease_stops_every_task() -> None:
     a.close()
 
 
-def test_agent_killed_outright_still_takes_its_task_leaders_down() -> None:
-    a = Agent()
+# util-linux's setpriv before 2.33: it runs, but has no --pdeathsig.
+OLD_SETPRIV = """#!/bin/sh
+if [ "$1" = --version ]; then echo "setpriv from util-linux 2.23.2"; exit 0; fi
+echo "setpriv: unrecognized option '$1'" >&2
+exit 1
+"""
+
+
+def path_with_setpriv(tmp_path: Path, which: str) -> str:
+    """A PATH whose setpriv is this machine's, none, or one older than --pdeathsig."""
+    if which == "this machine's":
+        return os.environ["PATH"]
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    if which == "too old":
+        (folder / "setpriv").write_text(OLD_SETPRIV)
+        (folder / "setpriv").chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("setpriv", ["this machine's", "none", "too old"])
+def test_agent_killed_outright_still_takes_its_task_leaders_down(
+    tmp_path: Path, setpriv: str
+) -> None:
+    a = Agent(env={**os.environ, "PATH": path_with_setpriv(tmp_path, setpriv)})
     job = a.run([{"name": "a", "argv": [PYTHON, program("sleep_forever.py")]}])
     time.sleep(0.3)
     pids = job_pids(job)
@@ -214,6 +289,32 @@ def test_agent_killed_outright_still_takes_its_task_leaders_down() -> None:
     os.kill(link.proc.pid, signal.SIGKILL)
     assert wait_gone(pids, 3) == []
     a.close()
+
+
+@pytest.mark.parametrize(
+    ("setpriv", "found"), [("this machine's", True), ("none", False), ("too old", False)]
+)
+def test_tasks_spawn_through_setpriv_only_where_it_sets_the_parent_death_signal(
+    tmp_path: Path, setpriv: str, found: bool
+) -> None:
+    path = find_setpriv(path_with_setpriv(tmp_path, setpriv))
+    assert (path is not None) == found
+    argv = ["python3", "-u", "train.py", "--lr", "0.1"]
+    if path is None:
+        assert spawn_argv(argv, path) == argv
+    else:
+        assert os.path.isabs(path)
+        assert spawn_argv(argv, path) == [path, "--pdeathsig", "KILL", "--", *argv]
+
+
+def test_a_setpriv_found_through_a_relative_path_entry_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = find_setpriv()
+    assert real is not None, "util-linux's setpriv (>= 2.33) is part of the test install"
+    (tmp_path / "setpriv").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    assert find_setpriv(".") is None  # a task's working directory is not the agent's
 
 
 def test_scan_and_kill_find_tagged_processes_but_not_the_agent_itself(agent: Agent) -> None:
