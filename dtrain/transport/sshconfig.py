@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,7 +185,8 @@ class Resolving:
 
     A launch starts it before importing paramiko (~0.1 s), so OpenSSH's processes resolve
     the hosts while the interpreter loads it instead of after. `result()` gives what
-    `resolve_all` would, and raises its error (the first host's in order).
+    `resolve_all` would, and raises its error (the first host's in order) once every `ssh -G`
+    has ended, so none outlives dtrain (a hanging `Match exec` is killed at its timeout).
     """
 
     def __init__(self, ssh: str, hosts: Sequence[HostKey], config_file: str | None) -> None:
@@ -203,6 +204,7 @@ class Resolving:
             pool.shutdown(wait=False)  # its threads end with the last `ssh -G`
 
     def result(self) -> list[dict[str, tuple[str, ...]]]:
+        wait(self._futures)
         return [f.result() for f in self._futures]
 
 
