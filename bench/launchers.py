@@ -110,14 +110,19 @@ def dtrain(job: Job, setup: Setup) -> Command:
     return Command((*argv, "--", *job.task_argv))
 
 
-def pdsh(job: Job, setup: Setup) -> Command:
-    """One ssh per host (as DeepSpeed runs it: -S for the worst exit code, wide fan-out)."""
+def per_host_command(job: Job) -> str:
+    """The command one ssh session runs on each host: the task, or `per_host` copies of it
+    started by the login shell and waited for."""
     task = shlex.join(job.task_argv)
     if job.per_host == 1:
-        remote = task
-    else:
-        remote = f'pids=""; for ((i = 0; i < {job.per_host}; i++)); do {task} & pids="$pids $!"; '
-        remote += "done; " + _wait_all()
+        return task
+    remote = f'pids=""; for ((i = 0; i < {job.per_host}; i++)); do {task} & pids="$pids $!"; '
+    return remote + "done; " + _wait_all()
+
+
+def pdsh(job: Job, setup: Setup) -> Command:
+    """One ssh per host (as DeepSpeed runs it: -S for the worst exit code, wide fan-out)."""
+    remote = per_host_command(job)
     argv = ["pdsh", "-S", "-R", "ssh", "-f", str(max(32, len(job.hosts)))]
     argv += ["-w", ",".join(job.hosts), remote]
     env = {"PDSH_SSH_ARGS": f"-F {setup.ssh_config} -x -a -l%u %h"}
@@ -150,9 +155,10 @@ FLOOR = "pyfloor"  # the trivial job only: what any Python launcher pays
 
 def python_floor(job: Job, setup: Setup) -> Command:
     """The least a Python launcher does (`bench/pyfloor.py`), under the interpreter dtrain runs
-    under: the trivial job only (it neither tears down nor forwards signals)."""
-    argv = [sys.executable, str(PYTHON_FLOOR), str(setup.ssh_config), str(job.per_host)]
-    return Command((*argv, ",".join(job.hosts), *job.task_argv))
+    under, each host running what pdsh has it run: the trivial job only (it neither tears down
+    nor forwards signals)."""
+    argv = [sys.executable, str(PYTHON_FLOOR), str(setup.ssh_config), ",".join(job.hosts)]
+    return Command((*argv, per_host_command(job)))
 
 
 def dtrain_path_python(job: Job, setup: Setup) -> Command:

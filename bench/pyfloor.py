@@ -1,21 +1,22 @@
 """The least a launcher written in Python does: the yardstick for what dtrain's own layers cost.
 
-    python bench/pyfloor.py CONFIG PER_HOST HOST[,HOST...] TASK...
+    python bench/pyfloor.py CONFIG HOST[,HOST...] COMMAND
 
 One paramiko connection per host, tuned as dtrain tunes its own (`_Transport`: AES-GCM, one
-read for many packets, the post-auth ACK sent at once), one exec channel per task, every exit
-status waited for, and out without the interpreter's teardown, as dtrain leaves. Nothing else:
-no `ssh -G`, no agent, no plan or environment, no logs, no teardown of the others when a task
-fails, no signal handling. The benchmark runs it beside dtrain and pdsh on the trivial job
-only, so the page can split dtrain's distance from pdsh into what any Python launcher pays and
-what dtrain adds. Host keys are checked against the config's known_hosts; a host that does not
-match, or cannot be reached, fails the run (exit 255), never prompts.
+read for many packets, the post-auth ACK sent at once), one exec channel on each running
+COMMAND (the benchmark gives it what pdsh runs on a host: the tasks, started by the login
+shell), every exit status waited for, and out without the interpreter's teardown, as dtrain
+leaves. Nothing else: no `ssh -G`, no agent, no plan or environment, no logs, no teardown of
+the others when a task fails, no signal handling. The benchmark runs it beside dtrain and
+pdsh on the trivial job only, so the page can split dtrain's distance from pdsh into what any
+Python launcher pays and what dtrain adds. Host keys are checked against the config's
+known_hosts; a host that does not match, or cannot be reached, fails the run (exit 255),
+never prompts.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 import sys
 import threading
@@ -26,10 +27,8 @@ from dtrain.transport.sshlib import paramiko
 TIMEOUT_S = 10.0
 
 
-def run_host(
-    settings: paramiko.SSHConfigDict, per_host: int, command: str, codes: list[int]
-) -> None:
-    """Connect, check the host key, authenticate, start `per_host` tasks, wait for them."""
+def run_host(settings: paramiko.SSHConfigDict, command: str, codes: list[int]) -> None:
+    """Connect, check the host key, authenticate, run `command`, wait for it."""
     hostname, port = settings["hostname"], int(settings.get("port", 22))
     known = paramiko.HostKeys(os.path.expanduser(settings["userknownhostsfile"].split()[0]))
     sock = socket.create_connection((hostname, port), timeout=TIMEOUT_S)
@@ -42,26 +41,22 @@ def run_host(
             raise paramiko.SSHException(f"{name}: host key not in known_hosts")
         key = paramiko.PKey.from_path(os.path.expanduser(settings["identityfile"][0]))
         transport.auth_publickey(settings.get("user") or "root", key)
-        channels = []
-        for _ in range(per_host):
-            channel = transport.open_session(timeout=TIMEOUT_S)
-            channel.exec_command(command)
-            channels.append(channel)
-        codes.extend(channel.recv_exit_status() for channel in channels)
+        channel = transport.open_session(timeout=TIMEOUT_S)
+        channel.exec_command(command)
+        codes.append(channel.recv_exit_status())
     finally:
         transport.close()
 
 
 def main(argv: list[str]) -> int:
-    config_path, per_host, hosts, *task = argv
+    config_path, hosts, command = argv
     config = paramiko.SSHConfig.from_path(config_path)
-    command = shlex.join(task)
     codes: list[int] = []
     failed: list[str] = []
 
     def one(host: str) -> None:
         try:
-            run_host(config.lookup(host), int(per_host), command, codes)
+            run_host(config.lookup(host), command, codes)
         except Exception as exc:
             failed.append(f"pyfloor: {host}: {type(exc).__name__}: {exc}")
 

@@ -997,8 +997,9 @@ class Report:
             "### What any Python launcher pays: the Python floor",
             "",
             "`bench/pyfloor.py`, interleaved with the launchers above: one paramiko connection "
-            "per host, tuned as dtrain tunes its own, one exec channel per task, every exit "
-            "status waited for, out without the interpreter's teardown; no `ssh -G`, no agent, "
+            "per host, tuned as dtrain tunes its own, one exec channel on each running what "
+            "pdsh runs there (the tasks, started by the login shell), every exit status waited "
+            "for, out without the interpreter's teardown; no `ssh -G`, no agent, "
             "plan, logs, teardown or signal handling. What it takes is what a launcher written "
             "in Python pays on this machine; dtrain's distance above it is dtrain's own.",
             "",
