@@ -96,15 +96,17 @@ _SETPRIV = []  # type: List[Optional[str]]  # looked up once in the agent
 BINFMT_MISC = "/proc/sys/fs/binfmt_misc"  # the kernel's extra executable formats, if mounted
 
 
-def _resolve_setpriv():
+def _resolve_spawn():
     """The absolute path of a `setpriv` that sets the parent-death signal and then execs the
-    task (util-linux >= 2.33), else None: older or absent, the fork runs
-    `_parent_death_signal` instead. A preexec function makes Python fork the whole agent and
-    run Python in the child; through setpriv a task spawns by vfork. Starting 16 tasks here:
-    the start answered in 26 ms instead of 58, and the agent and its spawns took 98 ms of CPU
-    instead of 121."""
+    task (util-linux >= 2.33), else None, and then the prctl `_parent_death_signal` calls in
+    the fork instead. A preexec function makes Python fork the whole agent and run Python in
+    the child; through setpriv a task spawns by vfork. Starting 16 tasks here: the start
+    answered in 26 ms instead of 58, and the agent and its spawns took 98 ms of CPU instead
+    of 121."""
     if not _SETPRIV:
         _SETPRIV.append(find_setpriv())
+    if _SETPRIV[0] is None:
+        _resolve_prctl()
     return _SETPRIV[0]
 
 
@@ -116,7 +118,7 @@ def find_setpriv(path=None):
         return None
     try:  # an old setpriv refuses the option: exit 1
         code = subprocess.call(
-            [found, "--pdeathsig", "KILL", "--", found, "--version"],
+            spawn_argv([found, "--version"], found),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -519,9 +521,7 @@ class Agent:
             return
         self.tasks = {task.id: task for task in tasks}
         self.reply({"ok": True})
-        # now, while the launcher writes the job's log dir: setpriv (~2 ms), ctypes (~2 ms)
-        if _resolve_setpriv() is None:
-            _resolve_prctl()
+        _resolve_spawn()  # now, while the launcher writes the job's log dir (~2 ms)
         heap.keep_freed()  # the tasks' output will pass through here
 
     def op_start(self, request):
@@ -617,9 +617,7 @@ class Agent:
     # ---- tasks -----------------------------------------------------------------------------
 
     def spawn(self, task):
-        setpriv = _resolve_setpriv()
-        if setpriv is None:
-            _resolve_prctl()
+        setpriv = _resolve_spawn()
         env = dict(os.environ)
         env.update(task.env)
         try:
