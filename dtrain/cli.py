@@ -28,9 +28,8 @@ import click
 
 from dtrain import __version__, render
 from dtrain.errors import DtrainError, ExitCode, UsageError
-from dtrain.launch import joblog
+from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
-from dtrain.launch.sync import DEFAULT_EXCLUDES
 from dtrain.plan import planner
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host, local_host, parse_hosts

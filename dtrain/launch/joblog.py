@@ -25,12 +25,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtrain.errors import UsageError
 from dtrain.plan.spec import JobPlan
-from dtrain.processes.launcher import DeadLauncherJob, Launcher
 from dtrain.remote import procs
+
+if TYPE_CHECKING:  # what the launcher records of itself loads once a job needs it
+    from dtrain.processes.launcher import DeadLauncherJob, Launcher
 
 logger = logging.getLogger(__name__)
 
@@ -303,6 +305,8 @@ def _start_ticks(pid: int) -> int | None:
 
 def this_launcher(host: str) -> Launcher:
     """This process, as job.json records its launcher: a pid alone can be reused."""
+    from dtrain.processes.launcher import Launcher
+
     pid = os.getpid()
     return Launcher(pid=pid, host=host, start_ticks=_start_ticks(pid), boot_id=_boot_id())
 
@@ -325,6 +329,8 @@ def _read_document(job_file: Path) -> dict[str, Any] | None:
 
 
 def _dead_job(job_dir: Path, document: Mapping[str, Any]) -> DeadLauncherJob | None:
+    from dtrain.processes.launcher import DeadLauncherJob, Launcher
+
     launcher = Launcher.from_dict(document.get("launcher"))
     if launcher is None:
         return None

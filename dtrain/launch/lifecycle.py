@@ -18,16 +18,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dtrain.agents import ops
 from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
-from dtrain.doctor import parity
 from dtrain.errors import PreflightFailed
-from dtrain.launch import joblog, sync
-from dtrain.launch.results import JobResult
-from dtrain.launch.supervise import Console, StackTaker, Supervisor, SupervisorOptions
+from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
@@ -39,6 +35,10 @@ from dtrain.transport.machine import (
     resolve_address,
 )
 from dtrain.transport.options import SlurmOptions, SshOptions
+
+if TYPE_CHECKING:
+    from dtrain.launch.results import JobResult
+    from dtrain.launch.supervise import Console, StackTaker
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class LaunchOptions:
     traceback_timeout_s: float = 10.0
     ssh: SshOptions = field(default_factory=SshOptions)
     remote_python: str = "auto"
-    sync_excludes: tuple[str, ...] = sync.DEFAULT_EXCLUDES
+    sync_excludes: tuple[str, ...] = DEFAULT_EXCLUDES
     preflight: bool = True
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
     slurm: SlurmOptions | None = None  # start the agents through Slurm (see AgentGroup)
@@ -67,11 +67,12 @@ class LaunchOptions:
 def import_in_background(names: Sequence[str]) -> threading.Thread:
     """Import modules that later steps need while the launcher waits for its hosts' agents.
 
-    Imported where they are used, the preflight's modules cost a 1-host launch ~20 ms of its
-    critical path; here they load while the hosts boot their agents, when the launcher has
-    nothing else to do (the stack taker, which few jobs need, loads when one does:
-    `StacksOnDemand`). A module that fails to import fails again, with its
-    error, where it is used.
+    Imported before the first connection, the modules only later steps use (the preflight's,
+    the supervisor, the copier) cost a 1-host launch ~25 ms of its critical path; here they
+    load while the hosts boot their agents, when the launcher has nothing else to do (the stack
+    taker, which few jobs need, loads when one does: `StacksOnDemand`). Where they are used
+    they are imported again, which costs nothing once loaded; a module that fails to import
+    fails again there, with its error.
     """
 
     def work() -> None:
@@ -82,6 +83,17 @@ def import_in_background(names: Sequence[str]) -> threading.Thread:
     thread = threading.Thread(target=work, name="dtrain-imports", daemon=True)
     thread.start()
     return thread
+
+
+def modules_after_hello(preflight: bool, copies: bool) -> list[str]:
+    """What a launch's steps after the agents' hello import, in the order they need it: the
+    requests, the preflight, the copier (--sync-dst-dir), the stage's script check, the
+    launcher's record in job.json, the supervisor (which brings the job's results). Nothing
+    before the first connection imports them."""
+    names = ["dtrain.agents.ops", *(["dtrain.doctor.gather"] if preflight else [])]
+    if copies:
+        names.append("dtrain.launch.sync")
+    return [*names, "dtrain.doctor.parity", "dtrain.processes.launcher", "dtrain.launch.supervise"]
 
 
 class StacksOnDemand:
@@ -138,6 +150,8 @@ def gather_facts(
     leases: Mapping[str, float] | None = None,
 ) -> planner.Facts:
     """Ask every agent about its host; addresses are the ones ssh reached them at."""
+    from dtrain.agents import ops
+
     ports = planner.ports_needed(request, placed)
     replies = ops.hello(
         sessions,
@@ -259,7 +273,9 @@ class Launch:
             planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
-            import_in_background(self._later_modules())
+            import_in_background(
+                modules_after_hello(self.options.preflight, self.request.sync_dst is not None)
+            )
             leases = host_leases(hosts, sessions, self.options.lease_s)
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
                 facts = gather_facts(
@@ -280,6 +296,9 @@ class Launch:
                 self.log_dir = paths.dir
                 if self.on_planned is not None:
                     self.on_planned(self.plan, self.log_dir)
+                from dtrain.agents import ops
+                from dtrain.launch.supervise import Supervisor, SupervisorOptions
+
                 with forward_signals(hosts.events):
                     supervisor = Supervisor(
                         self.plan,
@@ -309,10 +328,6 @@ class Launch:
             hosts.close()
             if not started:
                 joblog.remove(paths)
-
-    def _later_modules(self) -> list[str]:
-        """What the steps after the agents' hello import (see import_in_background)."""
-        return ["dtrain.doctor.gather"] if self.options.preflight else []
 
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
         """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""
@@ -348,6 +363,8 @@ class Launch:
     def _stack_taker(self, sessions: Mapping[str, AgentSession]) -> StackTaker | None:
         if not self.options.take_stacks or self.plan is None or self.log_dir is None:
             return None
+        from dtrain.launch.supervise import SupervisorOptions
+
         budget_s = SupervisorOptions.stacks_budget_s
         return StacksOnDemand(sessions, self.plan.job_id, self.log_dir, budget_s)
 
@@ -396,6 +413,8 @@ class Launch:
         remote = {name: s for name, s in sessions.items() if not s.host.is_local}
         if not remote:
             return
+        from dtrain.launch import sync
+
         excludes = (*self.options.sync_excludes, self.options.log_root.name)
         started = time.monotonic()
         manifest = sync.build_manifest(Path(self.plan.workdir), excludes)
@@ -408,6 +427,9 @@ class Launch:
         )
 
     def _hand_out_tasks(self, sessions: Mapping[str, AgentSession]) -> None:
+        from dtrain.agents import ops
+        from dtrain.doctor import parity
+
         assert self.plan is not None
         ops.stage(
             sessions,

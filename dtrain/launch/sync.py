@@ -19,9 +19,9 @@ from pathlib import Path
 from dtrain.agents import ops
 from dtrain.agents.session import AgentSession, in_parallel
 from dtrain.errors import Problem, RemoteError
+from dtrain.launch import DEFAULT_EXCLUDES
 
 CHUNK = 1 << 20
-DEFAULT_EXCLUDES = ("__pycache__", "*.pyc", ".git", "dtrain-logs")
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,13 @@ import math
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtrain.errors import Problem
-from dtrain.launch.results import JobResult, JobState, TaskExit, signal_name
 from dtrain.plan.spec import JobPlan
+
+if TYPE_CHECKING:  # a job's results load with its supervisor, after the first connection
+    from dtrain.launch.results import JobResult, TaskExit
 
 JSON_VERSION = 1
 MAX_PARTIAL_LINE = 1 << 16
@@ -211,6 +213,8 @@ def clock(timestamp: float) -> str:
 
 def result_text(result: JobResult) -> str:
     """The closing summary: root cause first, with its evidence and what was stopped."""
+    from dtrain.launch.results import JobState
+
     seconds = result.ended_at - result.started_at
     count = len(result.exits)
     if result.state is JobState.SUCCEEDED:
@@ -261,6 +265,8 @@ KILLED_FROM_OUTSIDE_HINT = (
 
 def killed_from_outside_lines(result: JobResult, outside: Sequence[TaskExit]) -> list[str]:
     """Several tasks killed by signals dtrain did not send: someone stopped the job."""
+    from dtrain.launch.results import signal_name
+
     first = min(outside, key=lambda e: e.finished_at)
     signals = "/".join(sorted({signal_name(e.signal) for e in outside if e.signal is not None}))
     labels = ", ".join(e.label for e in outside[:8]) + (", ..." if len(outside) > 8 else "")

@@ -24,3 +24,36 @@ def test_later_modules_load_in_the_background_and_a_broken_name_is_left_for_its_
         "print(before, [n for n in names if n in sys.modules], thread.daemon)\n"
     )
     assert run_python(code) == "[] ['dtrain.doctor.gather', 'dtrain.processes.stacks'] True"
+
+
+def test_nothing_before_the_first_connection_imports_what_only_later_steps_use() -> None:
+    """`dtrain launch` imports the CLI and paramiko before its first connection; the modules
+    of the steps after the agents' hello load in the background, once the hosts are booting."""
+    code = (
+        "import sys\n"
+        "import dtrain.cli, dtrain.transport.ssh\n"
+        "from dtrain.launch.lifecycle import import_in_background, modules_after_hello\n"
+        "later = [*modules_after_hello(True, True), 'dtrain.launch.results']\n"
+        "print('before', [n for n in later if n in sys.modules])\n"
+        "import_in_background(modules_after_hello(True, True)).join(30)\n"
+        "print('after', [n for n in later if n not in sys.modules])\n"
+    )
+    assert run_python(code).splitlines() == ["before []", "after []"]
+
+
+def test_the_modules_after_hello_follow_the_steps_a_launch_takes() -> None:
+    from dtrain.launch.lifecycle import modules_after_hello
+
+    always = ["dtrain.doctor.parity", "dtrain.processes.launcher", "dtrain.launch.supervise"]
+    assert modules_after_hello(False, False) == ["dtrain.agents.ops", *always]
+    assert modules_after_hello(True, False) == [
+        "dtrain.agents.ops",
+        "dtrain.doctor.gather",
+        *always,
+    ]
+    assert modules_after_hello(True, True) == [
+        "dtrain.agents.ops",
+        "dtrain.doctor.gather",
+        "dtrain.launch.sync",
+        *always,
+    ]
