@@ -2,7 +2,8 @@
 
 Include, Match (exec too), wildcards, negation, tokens and CanonicalizeHostname are then
 exactly what `ssh host` would use; dtrain only reads the result. Hosts are resolved in
-parallel, once per run. The parse of `ssh -G`'s output and the judgement of what dtrain can
+parallel, once per run, and an answer is kept for the next run while nothing `ssh -G` reads
+has changed (`sshcache`). The parse of `ssh -G`'s output and the judgement of what dtrain can
 honour are pure; running ssh is at the edge. The user's config is only read, never written.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import UsageError
+from dtrain.transport.sshcache import Answers
 
 SSH_G_TIMEOUT_S = 20.0
 MAX_PARALLEL = 16
@@ -147,9 +149,9 @@ def ssh_g_argv(
 
 def run_ssh_g(
     ssh: str, name: str, config_file: str | None, user: str | None, port: int | None
-) -> dict[str, tuple[str, ...]]:
-    """One host's settings; an error naming the host and OpenSSH's own words when it refuses
-    the config (a bad line, a Match exec that hangs)."""
+) -> str:
+    """One host's `ssh -G` answer; an error naming the host and OpenSSH's own words when it
+    refuses the config (a bad line, a Match exec that hangs)."""
     argv = ssh_g_argv(ssh, name, config_file, user, port)
     try:
         done = subprocess.run(
@@ -174,7 +176,7 @@ def run_ssh_g(
             f"OpenSSH refuses the ssh config for host {name}: {words}",
             hint=f"`{' '.join(argv)}` shows the same; fix the line it names",
         )
-    return parse_ssh_g(done.stdout)
+    return done.stdout
 
 
 HostKey = tuple[str, str | None, int | None]  # (name, user, port), as a hosts file gives them
@@ -184,9 +186,11 @@ class Resolving:
     """`ssh -G` for every (name, user, port), started now, in parallel, and collected later.
 
     A launch starts it before importing paramiko (~0.1 s), so OpenSSH's processes resolve
-    the hosts while the interpreter loads it instead of after. `result()` gives what
-    `resolve_all` would, and raises its error (the first host's in order) once every `ssh -G`
-    has ended, so none outlives dtrain (a hanging `Match exec` is killed at its timeout).
+    the hosts while the interpreter loads it instead of after. An answer an earlier run kept
+    for the same client, command line and config files is taken from there instead
+    (`sshcache`). `result()` gives what `resolve_all` would, and raises its error (the first
+    host's in order) once every `ssh -G` has ended, so none outlives dtrain (a hanging
+    `Match exec` is killed at its timeout).
     """
 
     def __init__(self, ssh: str, hosts: Sequence[HostKey], config_file: str | None) -> None:
@@ -194,18 +198,46 @@ class Resolving:
         self.config_file = config_file
         self.hosts = tuple(hosts)
         self._futures: list[Future[dict[str, tuple[str, ...]]]] = []
-        if self.hosts:
-            pool = ThreadPoolExecutor(
-                min(MAX_PARALLEL, len(self.hosts)), thread_name_prefix="dtrain-ssh-G"
-            )
-            self._futures = [
-                pool.submit(run_ssh_g, ssh, n, config_file, u, p) for n, u, p in self.hosts
-            ]
+        self._answers: Answers | None = None
+        if not self.hosts:
+            return
+        self._answers = _answers_for(ssh, config_file)
+        pool: ThreadPoolExecutor | None = None
+        for name, user, port in self.hosts:
+            kept = self._answers.get(name, user, port) if self._answers else None
+            if kept is not None:
+                self._futures.append(Future())
+                self._futures[-1].set_result(parse_ssh_g(kept))
+                continue
+            if pool is None:
+                workers = min(MAX_PARALLEL, len(self.hosts))
+                pool = ThreadPoolExecutor(workers, thread_name_prefix="dtrain-ssh-G")
+            self._futures.append(pool.submit(self._ask, name, user, port))
+        if pool is not None:
             pool.shutdown(wait=False)  # its threads end with the last `ssh -G`
+
+    def _ask(self, name: str, user: str | None, port: int | None) -> dict[str, tuple[str, ...]]:
+        text = run_ssh_g(self.ssh, name, self.config_file, user, port)
+        if self._answers is not None:
+            self._answers.put(name, user, port, text)
+        return parse_ssh_g(text)
 
     def result(self) -> list[dict[str, tuple[str, ...]]]:
         wait(self._futures)
+        if self._answers is not None and self._answers.stored:
+            self._answers.prune()
         return [f.result() for f in self._futures]
+
+
+def _answers_for(ssh: str, config_file: str | None) -> Answers | None:
+    """The kept answers for this client and config; None where they cannot be used (the cache
+    is only ever a shortcut: whatever fails here, `ssh -G` is asked)."""
+    try:
+        here = Local.here()
+    except (OSError, KeyError):  # no user name for this uid: the tokens cannot be keyed
+        return None
+    facts = (here.user, str(here.uid), here.home, here.hostname)
+    return Answers.for_config(ssh, config_file, facts, here.home)
 
 
 def resolve_all(

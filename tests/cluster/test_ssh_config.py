@@ -64,7 +64,9 @@ def test_resolution_equals_openssh_for_every_host_and_a_launch_works(
     table = []
     for h in cluster.hosts:
         target = transport.target(Host(name=f"w{h.index}"))
-        openssh = sshconfig.run_ssh_g("ssh", f"w{h.index}", str(config), None, None)
+        openssh = sshconfig.parse_ssh_g(
+            sshconfig.run_ssh_g("ssh", f"w{h.index}", str(config), None, None)
+        )
         expected = (h.address, 22, "root", (f"{tmp_path}/id_root",))
         assert (target.hostname, target.port, target.user, target.identity_files) == expected
         assert (
