@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from dtrain.errors import UsageError
 from dtrain.transport import sshcache, sshconfig
 from tests.transport.test_ssh import logged_ssh
-
-needs_openssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
+from tests.transport.test_sshconfig import needs_openssh
 
 
 @pytest.mark.parametrize(
@@ -24,7 +23,7 @@ needs_openssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenS
     [
         'Match exec "test -f /tmp/vpn"',
         "Match host n* !exec true",
-        "match localnetwork 10.0.0.0/8",
+        "match localnetwork 198.18.0.0/24",
         "Match canonical host n1",
         "Match final all",
         "Match=exec true",
@@ -178,7 +177,7 @@ def test_a_cache_others_may_write_or_a_file_not_written_by_dtrain_is_not_believe
     config, log = config_and_log(tmp_path, monkeypatch, "Host n1\n  HostName 198.18.0.11\n")
     resolve(config, "n1")
     (answer,) = cache.iterdir()
-    answer.write_text("hostname 203.0.113.9\n")  # not an answer `ssh -G` wrote
+    answer.write_text("hostname 198.18.0.99\n")  # not an answer `ssh -G` wrote
     assert resolve(config, "n1")[0]["hostname"] == ("198.18.0.11",)
     cache.chmod(0o777)
     assert resolve(config, "n1")[0]["hostname"] == ("198.18.0.11",)
