@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shlex
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -32,8 +33,9 @@ MAX_DEPTH = 16  # OpenSSH's own limit on nested Includes
 MAX_FILES = 256
 MAX_FILE_BYTES = 1 << 20
 STALE_S = 7 * 86400.0  # answers not used for a week are removed
-USER_FOLDER = "~/.ssh"  # where OpenSSH resolves a relative Include of the user's config (and -F)
-SYSTEM_FOLDER = "/etc/ssh"
+SYSTEM_FOLDER = (
+    "/etc/ssh"  # where a relative Include of the system's config is (~/.ssh: the user's)
+)
 SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 
 # Match criteria whose outcome depends on more than the config: a command, the local network,
@@ -103,8 +105,7 @@ def include_path(pattern: str, home: str, system: bool) -> str:
         return home + pattern[1:]
     if os.path.isabs(pattern):
         return pattern
-    folder = SYSTEM_FOLDER if system else USER_FOLDER.replace("~", home, 1)
-    return os.path.join(folder, pattern)
+    return os.path.join(SYSTEM_FOLDER if system else os.path.join(home, ".ssh"), pattern)
 
 
 def answer_key(fingerprint: str, name: str, user: str | None, port: int | None) -> str:
@@ -117,11 +118,11 @@ def answer_key(fingerprint: str, name: str, user: str | None, port: int | None) 
 
 
 def config_fingerprint(
-    ssh: str, config_file: str | None, facts: tuple[str, ...], home: str
+    ssh: str, config_file: str | None, home: str, facts: tuple[str, ...]
 ) -> str | None:
     """A digest of everything `ssh -G` reads, or None when its answers must not be cached (the
     config says so, or a file could not be read as OpenSSH would). `facts`: this side's user,
-    uid, home and host name."""
+    uid and host name (with `home`, what the tokens expand to)."""
     digest = hashlib.sha256()
 
     def add(*parts: object) -> None:
@@ -133,7 +134,7 @@ def config_fingerprint(
     except OSError:
         return None
     add(os.path.realpath(ssh), binary.st_dev, binary.st_ino, binary.st_size, binary.st_mtime_ns)
-    add(config_file or "", *facts)
+    add(config_file or "", home, *facts)
     if config_file is not None:
         tops = [(os.path.abspath(config_file), False)]
     else:
@@ -176,7 +177,7 @@ def _file_text(path: str, add: Callable[..., None]) -> str | None:
     except FileNotFoundError:
         add("absent", path)
         return None
-    if info.st_size > MAX_FILE_BYTES or not os.path.isfile(path):
+    if info.st_size > MAX_FILE_BYTES or not stat.S_ISREG(info.st_mode):
         add("other", path, info.st_mode, info.st_size)
         return None
     with open(path, "rb") as f:
@@ -213,11 +214,11 @@ class Answers:
 
     @classmethod
     def for_config(
-        cls, ssh: str, config_file: str | None, facts: tuple[str, ...], home: str
+        cls, ssh: str, config_file: str | None, home: str, facts: tuple[str, ...]
     ) -> Answers | None:
         """The answers for this client and config, or None when they must be asked each time."""
         try:
-            fingerprint = config_fingerprint(ssh, config_file, facts, home)
+            fingerprint = config_fingerprint(ssh, config_file, home, facts)
         except OSError as exc:  # a config OpenSSH may not read either: let it say so
             logger.debug("ssh -G answers not cached: %s", exc)
             return None

@@ -236,8 +236,9 @@ def _answers_for(ssh: str, config_file: str | None) -> Answers | None:
         here = Local.here()
     except (OSError, KeyError):  # no user name for this uid: the tokens cannot be keyed
         return None
-    facts = (here.user, str(here.uid), here.home, here.hostname)
-    return Answers.for_config(ssh, config_file, facts, here.home)
+    return Answers.for_config(
+        ssh, config_file, here.home, (here.user, str(here.uid), here.hostname)
+    )
 
 
 def resolve_all(
