@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -115,7 +115,7 @@ def gather(
     """
     everyone = (here, *request.hosts)
     shown = {h.key: h.display for h in everyone}
-    hello, failed = _hello(sessions, shown, problems)
+    hello, failed = _hello(sessions, shown, problems, lambda s: _ahead_fields(request, s.host))
     remote_addresses = [
         str(hello[h.key].ssh_server_address or h.name) for h in request.hosts if h.key in hello
     ]
@@ -179,11 +179,15 @@ def gather(
 
 
 def _hello(
-    sessions: dict[str, AgentSession], shown: Mapping[str, str], problems: Mapping[str, Problem]
+    sessions: dict[str, AgentSession],
+    shown: Mapping[str, str],
+    problems: Mapping[str, Problem],
+    probe_ahead: Callable[[AgentSession], dict[str, Any]],
 ) -> tuple[dict[str, ops.HelloFacts], dict[str, Problem]]:
-    """Each agent's hello, and the problems so far plus those of agents that did not answer
-    (whose sessions are dropped: nothing more is asked of them)."""
-    hellos = ops.hello(sessions, STEP_TIMEOUT_S)
+    """Each agent's hello (which starts the slow part of its probe), and the problems so far
+    plus those of agents that did not answer (whose sessions are dropped: nothing more is
+    asked of them)."""
+    hellos = ops.hello(sessions, STEP_TIMEOUT_S, probe_ahead=probe_ahead)
     failed = dict(problems)
     for key, error in hellos.failed.items():
         failed[key] = Problem(
@@ -225,13 +229,17 @@ def _observed(
     )
 
 
-def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
-    workdir = workdir_on(host.is_local, request.workdir, request.sync_dst)
-    fields: dict[str, Any] = {
+def _ahead_fields(request: DoctorRequest, host: Host) -> dict[str, Any]:
+    """The probe request `host` will get, but for what only the network probe tells."""
+    return {
         "interpreter": parity.interpreter_of(request.command),
-        "workdir": workdir,
+        "workdir": workdir_on(host.is_local, request.workdir, request.sync_dst),
         "script": parity.script_of(request.command),
     }
+
+
+def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
+    fields = _ahead_fields(request, host)
     if host.key == scheduler.host and request.port is not None:
         fields["port"] = request.port
     return fields

@@ -250,6 +250,7 @@ class Agent:
             proto.OP_STACKS: self.op_stacks,
         }
         self.background_replies = []  # type: List[Dict[str, Any]]
+        self.probe_ahead = None  # doctor's probe, started with the hello (probe.Ahead)
         self.selector.register(in_fd, selectors.EVENT_READ, "ctl")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
 
@@ -505,6 +506,9 @@ class Agent:
         self.lease_s = float(request.get("lease_s", self.lease_s))
         self.grace_s = float(request.get("grace_s", self.grace_s))
         self.reply(dict(host_facts(int(request.get("ports", 0))), ok=True))
+        ahead = request.get(proto.HELLO_PROBE_AHEAD)
+        if ahead:
+            self.probe_ahead = probe.Ahead(ahead)
 
     def op_stage(self, request):
         self.job_id = request["job_id"]
@@ -546,7 +550,8 @@ class Agent:
 
     def op_probe(self, request):
         """Facts `dtrain doctor` compares across hosts (see probe.py)."""
-        self.reply(dict(probe.facts(request), ok=True))
+        ahead, self.probe_ahead = self.probe_ahead, None
+        self.reply(dict(probe.facts(request, ahead), ok=True))
         self.last_heard = time.monotonic()  # helper programs ran inside this request: not a silence
 
     def op_listen(self, request):

@@ -36,14 +36,51 @@ MAX_PARALLEL_CONNECTS = 64
 LISTEN_TTL_S = 120.0
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
-# Runs in the interpreter under test, which may be old: no f-strings, nothing beyond os/json/sys.
+# The listing's answer, written as json.dumps writes it (ASCII only, the same escapes and
+# separators): importing json costs that interpreter ~9 ms of CPU (it brings `re`), a third of
+# the whole listing's, on every host doctor asks. Python >= 3.0 syntax, no imports.
+_JSON_WRITER = r"""
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES.update({"\b": "\\b", "\f": "\\f"})
+def json_text(text):
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            n = ord(ch)
+            if n > 0xFFFF:  # a surrogate pair, as json.dumps writes it
+                n -= 0x10000
+                out.append("\\u%04x\\u%04x" % (0xD800 | (n >> 10), 0xDC00 | (n & 0x3FF)))
+            else:
+                out.append("\\u%04x" % n)
+    return '"' + "".join(out) + '"'
+def json_dump(value):
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json_text(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(json_text(k) + ": " + json_dump(v) for k, v in value.items()) + "}"
+    return "[" + ", ".join(json_dump(v) for v in value) + "]"
+"""
+
+# Runs in the interpreter under test, which may be old: no f-strings, nothing beyond os/sys.
 # It reads the metadata directories on sys.path itself, as importlib.metadata's path finder
 # does: importing importlib.metadata (email, zipfile, pathlib) costs ~60 ms of CPU on every
 # host, where the listing takes ~13 ms. Where sys.path holds a zip, another finder lists
 # distributions, or a header lacks Name or Version, importlib.metadata decides (the probe's
 # "listed_by" says which did).
-_LIST_DISTRIBUTIONS = r"""
-import json, os, sys
+_LIST_DISTRIBUTIONS = (
+    "import os, sys\n"
+    + _JSON_WRITER
+    + r"""
 found = {}
 error = None
 def head(text):
@@ -136,7 +173,7 @@ except ImportError:
             found.setdefault(dist.project_name, dist.version)
     except Exception as exc:
         error = "cannot list installed distributions: %s" % exc
-sys.stdout.write(json.dumps({
+sys.stdout.write(json_dump({
     "executable": sys.executable,
     "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
     "prefix": sys.prefix,
@@ -147,6 +184,7 @@ sys.stdout.write(json.dumps({
 sys.stdout.flush()
 os._exit(0)  # the interpreter's teardown would cost this host 4-12 ms more
 """
+)
 
 
 # ---- environment --------------------------------------------------------------------------
@@ -216,13 +254,18 @@ def interpreter(program, cwd):
 
 
 def run(argv, cwd=None, timeout_s=RUN_TIMEOUT_S):
-    """(exit code or None on timeout/failure to start, stdout, stderr), never longer than asked."""
+    """(exit code or None on timeout/failure to start, stdout, stderr), never longer than asked.
+
+    The program runs in the agent's environment without its job tags: a helper is never one
+    of a job's processes, even to a scan that runs while it does (`Ahead`)."""
     if cwd is not None and not os.path.isdir(cwd):
         cwd = None
+    env = {key: value for key, value in os.environ.items() if key not in proto.TAG_VARS}
     try:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -414,19 +457,64 @@ def port_holders(port):
     return holders
 
 
-def facts(request):
-    """Everything doctor compares across hosts, for one `probe` request."""
-    cwd = request.get("workdir") or os.getcwd()
-    result = {"time": time.time()}  # type: Dict[str, Any]
-    python = {}  # type: Dict[str, Any]
+def slow_facts(request):
+    """The part of a probe that runs helper programs (the interpreter listing its packages,
+    nvidia-smi) or waits on the resolver: what takes a probe its time."""
+    slow = {}  # type: Dict[str, Any]
     if request.get("interpreter"):
-        python = result["interpreter"] = interpreter(request["interpreter"], cwd)
+        slow["interpreter"] = interpreter(
+            request["interpreter"], request.get("workdir") or os.getcwd()
+        )
+    if request.get("environment", True):
+        slow["gpu"] = gpu_facts()
+        slow["hostname"] = hostname_facts()
+    return slow
+
+
+# What a probe request must share with the one started ahead to take its slow facts.
+AHEAD_KEYS = ("interpreter", "workdir", "environment")
+
+
+class Ahead:
+    """A probe's slow facts, started in a thread when the hello asks for them: they come while
+    doctor's network probe takes its rounds (listen, connect, unlisten, scan), which this
+    agent answers meanwhile. The probe request takes them (waiting if need be: each helper
+    program is bounded, as when the request runs them itself)."""
+
+    def __init__(self, request):
+        self.request = request
+        self.slow = None
+        self.thread = threading.Thread(target=self._run, name="dtrain-probe-ahead")
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.slow = slow_facts(self.request)
+        except Exception:  # the probe request runs them again, and says what failed
+            self.slow = None
+
+    def take(self, request):
+        """The slow facts for `request`, or None if they were started for another one."""
+        if any(request.get(key) != self.request.get(key) for key in AHEAD_KEYS):
+            return None
+        self.thread.join()
+        return self.slow
+
+
+def facts(request, ahead=None):
+    """Everything doctor compares across hosts, for one `probe` request (its slow part from
+    `ahead` when that was started for the same request)."""
+    result = {"time": time.time()}  # type: Dict[str, Any]
+    slow = ahead.take(request) if ahead is not None else None
+    if slow is None:
+        slow = slow_facts(request)
+    result.update(slow)
+    python = slow.get("interpreter") or {}  # type: Dict[str, Any]
     if request.get("workdir"):
         result["files"] = file_facts(request["workdir"], request.get("script"))
     if request.get("environment", True):
         result["env"] = env_facts()
-        result["gpu"] = gpu_facts()
-        result["hostname"] = hostname_facts()
         executable = python.get("executable") if python.get("interpreter") else None
         result[proto.PROBE_STACKS] = stacks.availability(executable)
     if request.get("port"):

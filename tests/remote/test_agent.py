@@ -331,6 +331,45 @@ def test_scan_and_kill_find_tagged_processes_but_not_the_agent_itself(agent: Age
     assert killed["survivors"] == []
 
 
+def test_doctors_probe_runs_ahead_from_the_hello_and_its_helper_is_never_a_job_process(
+    tmp_path: Path,
+) -> None:
+    """The hello starts the probe's slow part (the interpreter listing its packages) while the
+    agent goes on answering (a scan here, the network probe in doctor); the probe request then
+    takes its result. Its helper runs without the agent's job tags, so the scan it overlaps
+    never calls it a stale job process, even where the agent's own environment carries them."""
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    slow_python = tmp_path / "python3-gated"  # a python: waits at the gate, then is one
+    slow_python.write_text(
+        "#!/bin/sh\n"
+        f"echo $$ > {started}; i=0\n"
+        f"while [ ! -e {gate} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done\n"
+        f'exec {PYTHON} "$@"\n'
+    )
+    slow_python.chmod(0o755)
+    a = Agent(env=dict(os.environ, DMLC_ROLE="worker", **{proto.JOB_ID_VAR: "outer-job"}))
+    try:
+        fields: dict[str, Any] = {"interpreter": str(slow_python), "workdir": str(tmp_path)}
+        a.hello(**{proto.HELLO_PROBE_AHEAD: fields})
+        deadline = time.monotonic() + 10
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        helper = int(started.read_text())  # it runs before any probe request was sent
+        scanned = a.session.request(proto.OP_SCAN, 10, job=None, include_dmlc=True)
+        assert helper not in {p["pid"] for p in scanned["processes"]}
+        gate.touch()
+        probed = a.session.request(proto.OP_PROBE, 30, **fields)
+        listed = probed["interpreter"]
+        assert listed.get("error") is None, listed
+        assert listed["executable"] == PYTHON and "paramiko" in listed["distributions"]
+        assert "hostname" in probed and "gpu" in probed
+        again = a.session.request(proto.OP_PROBE, 30, environment=False, firewall_tools=True)
+        assert "interpreter" not in again and "gpu" not in again  # asked for nothing slow
+    finally:
+        gate.touch()
+        a.close()
+
+
 env_text = st.text(
     alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=60
 )
