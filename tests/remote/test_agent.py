@@ -307,6 +307,37 @@ def test_tasks_spawn_through_setpriv_only_where_it_sets_the_parent_death_signal(
         assert spawn_argv(argv, path) == [path, "--pdeathsig", "KILL", "--", *argv]
 
 
+def test_the_stage_starts_the_setpriv_check_that_the_start_then_uses(tmp_path: Path) -> None:
+    """The check runs while the launcher writes the log dir, not when the start comes."""
+    real = find_setpriv()
+    assert real is not None, "util-linux's setpriv (>= 2.33) is part of the test install"
+    folder, calls = tmp_path / "bin", tmp_path / "calls"
+    folder.mkdir()
+    (folder / "setpriv").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    (folder / "setpriv").chmod(0o755)
+    a = Agent(env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
+    try:
+        job = f"agent-test-{os.getpid()}-setpriv"
+        staged = ops.task_fields(
+            0,
+            task_spec(
+                "w",
+                [PYTHON, "-c", "pass"],
+                {proto.JOB_ID_VAR: job, proto.TASK_VAR: "w", SESSION_VAR: SESSION},
+            ),
+        )
+        a.session.request(proto.OP_STAGE, 10, job_id=job, tasks=[staged])
+        deadline = time.monotonic() + 10
+        while "--version" not in (calls.read_text() if calls.exists() else ""):
+            assert time.monotonic() < deadline, "no setpriv check after the stage"
+            time.sleep(0.01)
+        a.session.request(proto.OP_START, 10)
+        assert exits(a.collect(1))[0]["code"] == 0
+        assert calls.read_text().splitlines()[-1].endswith(f"-- {PYTHON} -c pass")
+    finally:
+        a.close()
+
+
 def test_a_setpriv_found_through_a_relative_path_entry_is_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
