@@ -24,7 +24,15 @@ from dtrain.plan.spec import Role, TaskSpec
 from dtrain.remote import proto
 from dtrain.remote.agent import exec_format_problem, find_setpriv, spawn_argv
 from dtrain.transport.local import LocalLink
-from tests.conftest import PYTHON, SESSION, SESSION_VAR, job_pids, program, wait_gone
+from tests.conftest import (
+    PYTHON,
+    SESSION,
+    SESSION_VAR,
+    job_pids,
+    program,
+    wait_for_line,
+    wait_gone,
+)
 
 
 def task_spec(
@@ -327,10 +335,7 @@ def test_the_stage_starts_the_setpriv_check_that_the_start_then_uses(tmp_path: P
             ),
         )
         a.session.request(proto.OP_STAGE, 10, job_id=job, tasks=[staged])
-        deadline = time.monotonic() + 10
-        while "--version" not in (calls.read_text() if calls.exists() else ""):
-            assert time.monotonic() < deadline, "no setpriv check after the stage"
-            time.sleep(0.01)
+        wait_for_line(calls, "--version", timeout_s=10)  # the check, before any start
         a.session.request(proto.OP_START, 10)
         assert exits(a.collect(1))[0]["code"] == 0
         assert calls.read_text().splitlines()[-1].endswith(f"-- {PYTHON} -c pass")
@@ -382,10 +387,8 @@ def test_doctors_probe_runs_ahead_from_the_hello_and_its_helper_is_never_a_job_p
     try:
         fields: dict[str, Any] = {"interpreter": str(slow_python), "workdir": str(tmp_path)}
         a.hello(**{proto.HELLO_PROBE_AHEAD: fields})
-        deadline = time.monotonic() + 10
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        helper = int(started.read_text())  # it runs before any probe request was sent
+        # it runs before any probe request was sent
+        helper = int(wait_for_line(started, "\n", timeout_s=10))
         scanned = a.session.request(proto.OP_SCAN, 10, job=None, include_dmlc=True)
         assert helper not in {p["pid"] for p in scanned["processes"]}
         gate.touch()
