@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dtrain.agents.group import AgentGroup
 from dtrain.errors import ExitCode, UsageError
-from dtrain.plan.hosts import Host
+from dtrain.plan.hosts import Host, local_host
 from dtrain.transport.options import SshOptions
 from dtrain.transport.ssh import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -344,8 +344,11 @@ def test_nothing_is_resolved_ahead_for_local_hosts_or_without_openssh(
 ) -> None:
     log = logged_ssh(tmp_path, monkeypatch)
     text = "Host n1\n  HostName 198.18.0.11\n"
-    group_over(tmp_path, text).resolve_ahead([Host(name="localhost")])
+    group_over(tmp_path, text).resolve_ahead([local_host("localhost")])
     group_over(tmp_path, text, use_openssh=False).resolve_ahead([Host(name="n1")])
+    for thread in threading.enumerate():  # an `ssh -G` started ahead would have logged by then
+        if thread.name.startswith("dtrain-ssh-G"):
+            thread.join(timeout=10)
     assert not log.exists()
 
 
