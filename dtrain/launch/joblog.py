@@ -173,6 +173,11 @@ def write_private(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def encode(document: Mapping[str, Any]) -> bytes:
+    """job.json's bytes: indented, for people who read it."""
+    return (json.dumps(document, indent=2) + "\n").encode()
+
+
 class JobFile:
     """job.json, replaced atomically (write a temporary file, rename it over).
 
@@ -201,7 +206,9 @@ class JobFile:
     ) -> None:
         """Replace job.json; with `final`, also drop the reserve. Raises OSError if it cannot
         (at once without `use_reserve`: the reserve is kept for the final document)."""
-        data = (json.dumps(document, indent=2) + "\n").encode()
+        self._write(encode(document), final=final, use_reserve=use_reserve)
+
+    def _write(self, data: bytes, *, final: bool, use_reserve: bool) -> None:
         temporary = self.paths.dir / f".{JOB_FILE}.{os.getpid()}.tmp"
         try:
             write_private(temporary, data)
@@ -232,9 +239,9 @@ class JobFile:
             "plan": plan.to_dict(),
             "result": None,
         }
-        size = len(json.dumps(document, indent=2))
-        self.reserve(BASE_RESERVE_BYTES + 2 * size + RESERVE_PER_TASK_BYTES * len(plan.tasks))
-        self.write(document)
+        data = encode(document)  # once: indented, json's encoder is pure Python (ms a job)
+        self.reserve(BASE_RESERVE_BYTES + 2 * len(data) + RESERVE_PER_TASK_BYTES * len(plan.tasks))
+        self._write(data, final=False, use_reserve=True)
         self.document = document
 
     def tasks_started(self) -> None:
