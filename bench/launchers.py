@@ -150,6 +150,15 @@ def dmlc_tracker(job: Job, setup: Setup) -> Command:
     return Command((*argv, *job.task_argv), {"PATH": path})
 
 
+AGENT = "dtrain's agent"
+AGENT_C_ONLY = "the agent's C modules"
+# Under the agent's standard modules (json, subprocess, signal, socket, selectors, threading,
+# base64), the C ones they wrap; those wrappers bring enum, re, locale and collections.
+AGENT_C_MODULES = (
+    "_json", "_posixsubprocess", "_signal", "_socket", "_thread", "binascii", "marshal",
+    "select", "stat", "struct", "time", "zlib",
+)  # fmt: skip
+
 FLOOR = "pyfloor"  # the trivial job only: what any Python launcher pays
 
 

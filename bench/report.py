@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import model
-from bench.launchers import FLOOR, LABELS, SPLIT
+from bench.launchers import AGENT, AGENT_C_ONLY, FLOOR, LABELS, SPLIT
 
 Record = Mapping[str, Any]
 PEERS = ("pdsh", "ssh", "tracker")
@@ -773,9 +773,8 @@ class Report:
                 "blank, each step timed by wrapping it, 6 launches): its imports beyond the "
                 "floor's, ~40 ms (click ~12 ms; creating the 26 dataclasses of the CLI, "
                 "planning and transport ~30 ms); the agent's boot on the host, ~33 ms from its "
-                "channel to its answer (a second interpreter after the login shell: ~12 ms to "
-                "start, ~20 ms for the standard modules its protocol, signals, sockets and "
-                "spawns need); and ~12 ms of rounds that wait for every host after that (the "
+                f"channel to its answer ({self.agent_cost()}); and ~12 ms of rounds that "
+                "wait for every host after that (the "
                 "preflight's listen, unlisten and scan, the task check, the start). `ssh -G` "
                 "costs nothing after a config's first run: its answers are kept "
                 "(`dtrain/transport/sshcache.py`). The rest is the price of what dtrain does "
@@ -793,6 +792,27 @@ class Report:
             "end, dtrain leaves without the interpreter's teardown, which took 40-65 ms: "
             f"`run` in `dtrain/cli.py`). {verdict}"
         ]
+
+    def agent_cost(self) -> str:
+        """What the agent's boot costs in CPU, measured in this run against a bare interpreter
+        and one importing only the C modules its standard ones wrap: the most a leaner agent
+        could save a host."""
+        local = select(self.records, scenario="local-overhead")
+        agent = med(select(local, launcher=AGENT), "cpu_s")
+        c_only = med(select(local, launcher=AGENT_C_ONLY), "cpu_s")
+        bare = med(select(local, launcher="bare"), "cpu_s")
+        if agent is None or c_only is None or bare is None:
+            return "a second interpreter after the login shell"
+        return (
+            "a second interpreter after the login shell; in this run, with its `sh -c` "
+            f"command, from its start to its exit, {secs(agent)} of CPU against {secs(bare)} "
+            "for a bare `python3 -S`: its "
+            "standard modules (`json`, `subprocess`, `signal`, `socket`, `selectors`, "
+            "`threading`) bring `enum`, `re`, `locale` and `collections`, and an interpreter "
+            f"importing only the C modules under them takes {secs(c_only)}, so an agent written "
+            f"on those would save up to {secs(agent - c_only)} of CPU a host (table in *Other "
+            "figures*)"
+        )
 
     def unneeded_imports(self) -> list[str]:
         """The biggest modules `import dtrain.cli` loads that `click, dtrain.launch.lifecycle,
@@ -1518,6 +1538,15 @@ class Report:
                 "import paramiko": "`python -c 'import paramiko'` (remote jobs only)",
                 "dtrain --version": "`dtrain --version`",
                 "dtrain launch": "`dtrain launch -n 1 -s 0 --framework torch -- <bare command>`",
+                AGENT: (
+                    "dtrain's agent as a host starts it (its `sh -c` command, its code on stdin "
+                    "and compiled from the cache), out at the end of its stream"
+                ),
+                AGENT_C_ONLY: (
+                    "`/usr/bin/python3 -S` importing only the C modules under the agent's "
+                    "standard ones (`_json`, `_posixsubprocess`, `_signal`, `_socket`, `_thread`, "
+                    "...)"
+                ),
             }
             for name, text in shown.items():
                 rs = select(local, launcher=name)

@@ -403,9 +403,21 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
             "--log-dir", str(folder / "dtrain-logs"), "--", *bare,
         ),
     }  # fmt: skip
+    # dtrain's agent as a host starts it (its command, its code on stdin, compiled code from
+    # the cache after the first run), to the end of its stream; and an interpreter importing
+    # only the C modules under the standard ones the agent imports: what its boot could cost.
+    from dtrain.transport import bootstrap
+
+    commands[launchers.AGENT] = ("/bin/sh", "-c", bootstrap.remote_command())
+    commands[launchers.AGENT_C_ONLY] = (
+        *bare[:2],
+        "-c",
+        f"import {', '.join(launchers.AGENT_C_MODULES)}",
+    )
+    inputs = {launchers.AGENT: bootstrap.agent_payload()}
     for rep in range(settings.local_reps):
         for name in rotated(list(commands), rep):
-            wall, cpu, rss, code = timed_process(commands[name], folder)
+            wall, cpu, rss, code = timed_process(commands[name], folder, inputs.get(name))
             results.add(
                 {
                     "scenario": "local-overhead",
@@ -473,13 +485,20 @@ def import_times(code: str) -> list[tuple[str, int, float]]:
     return found
 
 
-def timed_process(argv: Sequence[str], cwd: Path) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MB, exit code) of one process and the children it reaped."""
+def timed_process(
+    argv: Sequence[str], cwd: Path, stdin: bytes | None = None
+) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MB, exit code) of one process and the children it reaped;
+    `stdin`, if given, is written to a pipe it reads, then the pipe closed."""
     started = time.perf_counter()
     popen = subprocess.Popen(
-        argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        argv, cwd=cwd, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    if popen.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            popen.stdin.write(stdin or b"")
+        popen.stdin.close()
     waiter = scenarios.Waiter(popen)
     waiter.wait(60.0)
     wall = time.perf_counter() - started
