@@ -47,7 +47,6 @@ logger = logging.getLogger(__name__)
 STDERR_TAIL_BYTES = 16384
 # Output relayed before the launcher keeps its freed buffers (dtrain.remote.heap): a job
 # printing a line now and then never loads ctypes for it.
-HEAP_AFTER_BYTES = 1 << 20
 KILL_AFTER_GRACE_S = 2.0  # after the grace, KILL what did not report an exit
 GIVE_UP_AFTER_KILL_S = 3.0  # after that, stop waiting for a host that does not answer
 POLL_S = 0.2  # the longest the loop waits for an event before checking its timers
@@ -143,7 +142,7 @@ class Supervisor:
         self.stacks_started_at: float | None = None
         self.stacks_reported = False
         self.last_output_at = self.started
-        self.relayed = 0  # bytes of output, for HEAP_AFTER_BYTES (readers race: it may lag)
+        self.relayed = 0  # bytes of output, for heap.AFTER_BYTES (readers race: it may lag)
         for session in sessions.values():
             session.output = self.on_output
 
@@ -185,7 +184,7 @@ class Supervisor:
 
     def write_output(self, run: TaskRun, is_stderr: bool, payload: bytes) -> None:
         self.relayed += len(payload)
-        if self.relayed >= HEAP_AFTER_BYTES:
+        if self.relayed >= heap.AFTER_BYTES:
             heap.keep_freed()  # this launcher relays a stream (sets the thresholds once)
         with run.lock:
             if run.exit is not None:

@@ -12,20 +12,23 @@ can stop them when the launcher disappears, so it does, within a bounded time:
   signal, so even SIGKILL of the agent takes the leaders down.
 
 Standard library only, Python >= 3.6, Linux: dtrain need not be installed on the host.
+
+Every host starts this interpreter for every dtrain command, so it imports C modules
+(`_signal`, `_socket`, `select`) where the standard modules around them (signal, socket,
+selectors, contextlib) would bring `enum` and `collections`, speaks JSON through json's C
+half (`proto`), and starts processes and threads through `spawn` (no subprocess, no
+threading, which bring `re` and `locale` too).
 """
 
-import contextlib
+import _signal as signal  # type: ignore[import-not-found]  # no stub: signal's C half
+import _socket as socket
 import os
-import selectors
-import signal
-import socket
+import select
 import stat
-import subprocess
 import sys
-import threading
 import time
 
-from . import files, heap, probe, procs, proto, stacks
+from . import files, heap, probe, procs, proto, spawn, stacks
 
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
@@ -88,8 +91,10 @@ def _resolve_prctl():
 def _parent_death_signal():
     """Runs in the task's child before exec: die if the agent dies, whatever kills it."""
     if _PRCTL and _PRCTL[0] is not None:
-        with contextlib.suppress(Exception):
+        try:
             _PRCTL[0](1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
 
 
 _SETPRIV = []  # type: List[Optional[str]]  # looked up once in the agent
@@ -140,12 +145,7 @@ def check_setpriv(path=None):
     if found is None or not os.path.isabs(found):
         return None, None
     try:
-        check = subprocess.Popen(
-            spawn_argv([found, "--version"], found),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        check = spawn.start_process(spawn_argv([found, "--version"], found))
     except OSError:
         return None, None
     return found, check
@@ -155,13 +155,52 @@ def checked_setpriv(found, check, timeout_s=5.0):
     """`found` if its check passed; a check still running after `timeout_s` failed."""
     if check is None:
         return None
-    try:
-        code = check.wait(timeout_s)
-    except subprocess.TimeoutExpired:
+    code = spawn.wait_for(check, timeout_s)
+    if code is None:
         check.kill()
         check.wait()
         return None
     return found if code == 0 else None
+
+
+READ = select.EPOLLIN
+WRITE = select.EPOLLOUT
+
+
+class Poller:
+    """What the agent uses of selectors.DefaultSelector, on epoll itself: the selectors
+    module imports collections and math for every agent's start. Linux only, as the agent."""
+
+    def __init__(self):
+        self.epoll = select.epoll()
+        self.data = {}  # type: Dict[int, Any]
+
+    def register(self, fd, events, data):
+        self.epoll.register(fd, events)
+        self.data[fd] = data
+
+    def unregister(self, fd):
+        del self.data[fd]  # a KeyError if it is not registered, as from selectors
+        try:
+            self.epoll.unregister(fd)
+        except OSError:  # closed already
+            pass
+
+    def select(self, timeout):
+        """[(fd, data)] of the fds with an event (an error or hang-up counts), waiting up to
+        `timeout` seconds (rounded up to epoll's milliseconds: never early)."""
+        if timeout is None:
+            timeout = -1
+        elif timeout > 0:
+            ms = int(timeout * 1000)
+            timeout = (ms + (ms < timeout * 1000)) / 1000.0
+        else:
+            timeout = 0
+        try:
+            ready = self.epoll.poll(timeout, max(len(self.data), 1))
+        except InterruptedError:
+            return []
+        return [(fd, self.data[fd]) for fd, _ in ready if fd in self.data]
 
 
 def spawn_argv(argv, setpriv):
@@ -241,7 +280,7 @@ class Agent:
         self.out_fd = out_fd
         _set_nonblocking(in_fd)
         _set_nonblocking(out_fd)
-        self.selector = selectors.DefaultSelector()
+        self.selector = Poller()
         self.reader = proto.FrameReader()
         self.out = bytearray()
         self.merge_at = -1  # where in `out` the last output frame's header is, if unsent
@@ -250,6 +289,7 @@ class Agent:
         self.out_registered = False
         self.out_grown = False  # whether the stream's pipe was grown (once, when it first filled)
         self.paused = False
+        self.relayed = 0  # bytes of task output, for heap.AFTER_BYTES
         self.resting = {}  # fd -> (when it is read again, its task, its kind)
         self.tasks = {}
         self.job_id = None
@@ -286,8 +326,8 @@ class Agent:
         }
         self.background_replies = []  # type: List[Dict[str, Any]]
         self.probe_ahead = None  # doctor's probe, started with the hello (probe.Ahead)
-        self.selector.register(in_fd, selectors.EVENT_READ, "ctl")
-        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.selector.register(in_fd, READ, "ctl")
+        self.selector.register(self.wake_r, READ, "wake")
 
     def _on_signal(self, signum, frame):
         self.signalled = signum
@@ -299,16 +339,16 @@ class Agent:
             events = self.selector.select(self.timeout())
             if not events:
                 self.child_signalled = True  # a timer is due: look at every task anyway
-            for key, _ in events:
-                if key.data == "ctl":
+            for fd, data in events:
+                if data == "ctl":
                     self.on_control()
-                elif key.data == "wake":
+                elif data == "wake":
                     self.drain_wakeups()
-                elif key.data == "out":
+                elif data == "out":
                     self.flush()
                 else:
-                    task, kind = key.data
-                    self.on_task_output(task, kind, key.fd)
+                    task, kind = data
+                    self.on_task_output(task, kind, fd)
             if self.resting:
                 self.wake_rested()
             if self.child_signalled:  # a task can only have exited after a SIGCHLD
@@ -458,7 +498,7 @@ class Agent:
         want = bool(self.out) and self.gone is None
         if want != self.out_registered:
             if want:
-                self.selector.register(self.out_fd, selectors.EVENT_WRITE, "out")
+                self.selector.register(self.out_fd, WRITE, "out")
             else:
                 self.selector.unregister(self.out_fd)
             self.out_registered = want
@@ -479,13 +519,13 @@ class Agent:
             return
         self.paused = pause
         for task in self.tasks.values():
-            for fd, (_, kind) in task.files.items():
+            for fd, kind in task.files.items():
                 if fd in self.resting:
                     continue  # wake_rested registers it if reading resumed meanwhile
                 if pause:
                     self.selector.unregister(fd)
                 else:
-                    self.selector.register(fd, selectors.EVENT_READ, (task, kind))
+                    self.selector.register(fd, READ, (task, kind))
 
     def rest(self, task, kind, fd, now):
         """Stop watching a streaming task's pipe for LINGER_S: its writer fills the (grown)
@@ -512,7 +552,7 @@ class Agent:
             if at <= now:
                 del self.resting[fd]
                 if not self.paused:
-                    self.selector.register(fd, selectors.EVENT_READ, (task, kind))
+                    self.selector.register(fd, READ, (task, kind))
 
     def lose(self, reason):
         """The launcher is gone: nobody will stop the tasks but us."""
@@ -561,7 +601,6 @@ class Agent:
         self.tasks = {task.id: task for task in tasks}
         self.reply({"ok": True})
         _check_spawn()  # now, while the launcher writes the job's log dir (~2 ms)
-        heap.keep_freed()  # the tasks' output will pass through here
 
     def op_start(self, request):
         for task in self.tasks.values():
@@ -613,12 +652,12 @@ class Agent:
                 why = "%s: %s" % (type(exc).__name__, exc)
                 reply = {proto.ERROR: "stacks failed on this host: " + why}
             self.background_replies.append(reply)
-            with contextlib.suppress(OSError):
+            try:
                 os.write(self.wake_w, b"s")
+            except OSError:
+                pass
 
-        thread = threading.Thread(target=work, name="dtrain-stacks")
-        thread.daemon = True
-        thread.start()
+        spawn.in_thread(work)
 
     def op_sync_plan(self, request):
         try:
@@ -660,19 +699,21 @@ class Agent:
         setpriv = _resolve_spawn()
         env = dict(os.environ)
         env.update(task.env)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         try:
-            task.proc = subprocess.Popen(
+            task.proc = spawn.start_process(
                 spawn_argv(task.argv, setpriv),
                 cwd=task.cwd,
                 env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=None if setpriv else _parent_death_signal,
+                stdout=out_w,
+                stderr=err_w,
+                session=True,
+                fork_hook=None if setpriv else _parent_death_signal,
             )
         except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
             task.proc = None
             task.code = 126 if isinstance(exc, PermissionError) else 127
             task.reason = proto.REASON_SPAWN_FAILED
@@ -680,15 +721,17 @@ class Agent:
             task.exited_at = time.monotonic()
             self.maybe_report(task)  # a task never started: no signal, no pipes, not stopped
             return
+        finally:
+            os.close(out_w)
+            os.close(err_w)
         task.pgid = task.proc.pid
         stat = procs.read_stat(task.proc.pid)
         task.start_ticks = stat[5] if stat else 0
-        for stream, kind in ((task.proc.stdout, proto.STDOUT), (task.proc.stderr, proto.STDERR)):
-            fd = stream.fileno()
+        for fd, kind in ((out_r, proto.STDOUT), (err_r, proto.STDERR)):
             _set_nonblocking(fd)
-            task.files[fd] = (stream, kind)
+            task.files[fd] = kind
             if not self.paused:
-                self.selector.register(fd, selectors.EVENT_READ, (task, kind))
+                self.selector.register(fd, READ, (task, kind))
         task.last_output = time.monotonic()
         self.send(
             proto.encode_json(
@@ -736,15 +779,20 @@ class Agent:
         if kind == proto.STDERR and task.traceback.feed(data):
             task.traceback.mark_time = now
             task.traceback.mark_cpu = self.cpu_of(task)
+        self.relayed += len(data)
+        if self.relayed >= heap.AFTER_BYTES:
+            heap.keep_freed()  # this agent relays a stream (sets the thresholds once)
         self.send_output(kind, task.id, data)
 
     def close_pipe(self, task, fd):
-        stream, _ = task.files.pop(fd)
+        del task.files[fd]
         if self.resting.pop(fd, None) is None and not self.paused:
-            with contextlib.suppress(KeyError, ValueError):
+            try:
                 self.selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
         task.grown.discard(fd)
-        stream.close()
+        os.close(fd)
 
     def reap(self):
         now = time.monotonic()
@@ -1006,9 +1054,11 @@ def _reached_at():
         except OSError:
             os.close(fd)
         else:
-            with sock:
+            try:
                 if sock.family in (socket.AF_INET, socket.AF_INET6):
                     return [sock.getpeername()[0], "-", sock.getsockname()[0], "-"]
+            finally:
+                sock.close()
     return os.environ.get("SSH_CONNECTION", "").split()
 
 
@@ -1044,6 +1094,8 @@ def main():
         agent.signal_tasks([t for t in agent.tasks.values() if t.proc is not None], signal.SIGKILL)
         raise
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        try:
             stream.flush()
+        except Exception:
+            pass
     os._exit(0)

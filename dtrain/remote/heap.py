@@ -8,9 +8,10 @@ without fixed thresholds the kernel faulted in and zeroed fresh pages for most b
 4 tasks streaming 100 MB from `yes` cost the launcher 65,000 page faults and 0.34 s of system
 time (7,000 and 0.15 s with them fixed). Slower streams, in smaller frames, churn less.
 
-The launcher sets them once it has relayed a stream (ctypes takes 3-5 ms to load: a job that
-prints a line now and then never pays it); the agent when it stages tasks, where it has just
-loaded ctypes anyway. Standard library only, Python >= 3.6: the agent runs it too.
+The launcher and the agent each set them once they have relayed `AFTER_BYTES` of output
+(ctypes takes 3-5 ms to load: a job that prints a line now and then never pays it, and the
+agent's start request never waits for it). Standard library only, Python >= 3.6: the agent
+runs it too.
 """
 
 import os
@@ -20,6 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict  # noqa: F401 - used in type comments
 
+AFTER_BYTES = 1 << 20  # output relayed before a process fixes its thresholds
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 20  # above every buffer a relay reuses (frames: 256 KB + prefixes)

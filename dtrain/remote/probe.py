@@ -8,16 +8,12 @@ host beyond the listeners it opens, which close on request, after `LISTEN_TTL_S`
 agent. Standard library only, Python >= 3.6.
 """
 
-import contextlib
+import _socket as socket  # socket's C half: the socket module imports enum and selectors
 import errno
-import json
 import os
-import socket
-import subprocess
-import threading
 import time
 
-from . import procs, proto, stacks
+from . import procs, proto, spawn, stacks
 
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
@@ -247,7 +243,7 @@ def interpreter(program, cwd):
         )
         return result
     try:
-        result.update(json.loads(out))
+        result.update(proto.loads(out.strip()))
     except ValueError:
         result["error"] = "%s printed something unexpected: %s" % (path, last_line(out))
     return result
@@ -262,25 +258,12 @@ def run(argv, cwd=None, timeout_s=RUN_TIMEOUT_S):
         cwd = None
     env = {key: value for key, value in os.environ.items() if key not in proto.TAG_VARS}
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        code, out, err = spawn.run(argv, cwd, env, timeout_s)
     except OSError as exc:
         return None, "", str(exc.strerror or exc)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
+    if code is None:
         return None, "", "timed out after %gs" % timeout_s
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def last_line(text):
@@ -346,11 +329,7 @@ def hostname_facts():
         except OSError as exc:
             found["error"] = str(exc.strerror or exc)
 
-    thread = threading.Thread(target=resolve)
-    thread.daemon = True
-    thread.start()
-    thread.join(RESOLVE_TIMEOUT_S)
-    if thread.is_alive():
+    if not spawn.in_thread(resolve).acquire(True, RESOLVE_TIMEOUT_S):
         found = {"error": "resolving it timed out after %gs" % RESOLVE_TIMEOUT_S}
     return dict(found, hostname=name)
 
@@ -484,9 +463,7 @@ class Ahead:
     def __init__(self, request):
         self.request = request
         self.slow = None
-        self.thread = threading.Thread(target=self._run, name="dtrain-probe-ahead")
-        self.thread.daemon = True
-        self.thread.start()
+        self.done = spawn.in_thread(self._run)
 
     def _run(self):
         try:
@@ -498,7 +475,8 @@ class Ahead:
         """The slow facts for `request`, or None if they were started for another one."""
         if any(request.get(key) != self.request.get(key) for key in AHEAD_KEYS):
             return None
-        self.thread.join()
+        self.done.acquire()
+        self.done.release()  # a second take waits for nothing
         return self.slow
 
 
@@ -537,6 +515,12 @@ def _expire(now):
             del _listeners[port]
 
 
+def _random_port():
+    """A port in ps-lite's range (`random` would cost the agent ~2 ms to import)."""
+    low, high = PORT_RANGE
+    return low + int.from_bytes(os.urandom(4), "big") % (high - low + 1)
+
+
 def listen(address, port=0):
     """Listen on address:port (port 0: a random free one in ps-lite's range) until closed.
 
@@ -544,9 +528,7 @@ def listen(address, port=0):
     host's. The kernel completes the connects of probes without an accept.
     """
     _expire(time.monotonic())
-    import random  # only the doctor's listeners pick ports
-
-    tries = [port] if port else [random.randint(*PORT_RANGE) for _ in range(MAX_BIND_TRIES)]
+    tries = [port] if port else [_random_port() for _ in range(MAX_BIND_TRIES)]
     last = None
     for candidate in tries:
         sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
@@ -626,20 +608,12 @@ def connect_all(targets, timeout_s):
     """Open (and close) a TCP connection to every target at once; each bounded by `timeout_s`."""
     targets = list(targets)[:MAX_TARGETS]
     results = [None] * len(targets)  # type: List[Any]
-    gate = threading.BoundedSemaphore(MAX_PARALLEL_CONNECTS)
 
-    def work(index):
-        with gate:
-            results[index] = connect_one(targets[index], timeout_s)
+    def one(index):
+        results[index] = connect_one(targets[index], timeout_s)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(targets))]
-    for thread in threads:
-        thread.daemon = True
-        thread.start()
     rounds = len(targets) // MAX_PARALLEL_CONNECTS + 1
-    deadline = time.monotonic() + rounds * (timeout_s + 1.0)
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
+    spawn.for_each(range(len(targets)), one, MAX_PARALLEL_CONNECTS, rounds * (timeout_s + 1.0))
     for index, target in enumerate(targets):
         if results[index] is None:
             results[index] = dict(target, ok=False, error="timed out", errno="ETIMEDOUT")

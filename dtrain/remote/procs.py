@@ -6,8 +6,8 @@ Reads /proc, so it needs nothing installed: standard library only, Python >= 3.6
 the agent's task cleanup, `dtrain ps`/`dtrain kill` and `dtrain doctor`'s stale-process check.
 """
 
+import _signal as signal  # type: ignore[import-not-found]  # signal's C half (no enum)
 import os
-import signal
 import time
 
 from . import proto

@@ -7,14 +7,10 @@ agent's PATH: dtrain installs nothing on hosts. py-spy pauses a process for mill
 nothing else here touches the tasks. Standard library only, Python >= 3.6.
 """
 
-import contextlib
-import json
 import os
-import subprocess
-import threading
 import time
 
-from . import procs, proto
+from . import procs, proto, spawn
 
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
@@ -49,11 +45,15 @@ def interpreter_dirs(pid, cmdline, env):
     found = []  # type: List[str]
     if cmdline and "/" in cmdline[0]:
         cwd = ""
-        with contextlib.suppress(OSError):
+        try:
             cwd = os.readlink("/proc/%d/cwd" % pid)
+        except OSError:
+            pass
         found.append(os.path.dirname(os.path.join(cwd, cmdline[0])))
-    with contextlib.suppress(OSError):
+    try:
         found.append(os.path.dirname(os.readlink("/proc/%d/exe" % pid)))
+    except OSError:
+        pass
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         if env.get(var):
             found.append(os.path.join(env[var], "bin"))
@@ -125,6 +125,8 @@ def _frames(raw):
 
 def parse_dump(text):
     """py-spy's --json output as a list of threads, innermost frame first."""
+    import json
+
     threads = []
     for thread in json.loads(text):
         threads.append(
@@ -179,23 +181,13 @@ def _run_py_spy(pid, tool, native, timeout_s, nonblocking):
     if nonblocking:
         argv.append("--nonblocking")
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        code, out, err = spawn.run(argv, timeout_s=timeout_s)
     except OSError as exc:
         return None, "cannot run %s: %s" % (tool, exc.strerror or exc), ""
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    if code is None:
         return None, "%s took longer than %gs" % (tool, timeout_s), ""
     stderr = err.decode("utf-8", "replace")
-    if proc.returncode != 0:
+    if code != 0:
         return None, explain(stderr, tool), stderr
     try:
         return parse_dump(out.decode("utf-8", "replace")), None, ""
@@ -235,25 +227,14 @@ def _entry(described):
 
 def _run_all(entries, native, timeout_s):
     todo = [e for e in entries if e["tool"] is not None]
-    lock = threading.Lock()
 
-    def work():
-        while True:
-            with lock:
-                if not todo:
-                    return
-                entry = todo.pop()
-            started = time.monotonic()
-            entry["threads"], entry["error"] = dump(entry["pid"], entry["tool"], native, timeout_s)
-            entry["elapsed_s"] = round(time.monotonic() - started, 3)
+    def one(entry):
+        started = time.monotonic()
+        entry["threads"], entry["error"] = dump(entry["pid"], entry["tool"], native, timeout_s)
+        entry["elapsed_s"] = round(time.monotonic() - started, 3)
 
-    workers = [threading.Thread(target=work) for _ in range(min(MAX_PARALLEL, len(todo)))]
-    for worker in workers:
-        worker.daemon = True
-        worker.start()
-    deadline = time.monotonic() + timeout_s * (len(todo) // MAX_PARALLEL + 1) + 1.0
-    for worker in workers:
-        worker.join(max(0.0, deadline - time.monotonic()))
+    within_s = timeout_s * (len(todo) // MAX_PARALLEL + 1) + 1.0
+    spawn.for_each(todo, one, MAX_PARALLEL, within_s)
     for entry in entries:
         if entry["tool"] is not None and entry["threads"] is None and entry["error"] is None:
             entry["error"] = "%s gave no answer in time" % TOOL

@@ -29,7 +29,6 @@ from dtrain.errors import ExitCode
 from dtrain.launch.results import JobResult, JobState, TaskExit
 from dtrain.launch.supervise import (
     GIVE_UP_AFTER_KILL_S,
-    HEAP_AFTER_BYTES,
     KILL_AFTER_GRACE_S,
     STDERR_TAIL_BYTES,
     StackTaker,
@@ -847,8 +846,8 @@ def test_the_launcher_keeps_its_heap_once_it_has_relayed_a_stream(
     handler = job.sessions["h1"].output
     assert handler is not None
     job.start_all()
-    handler(ids["worker.0"], proto.STDOUT, b"x" * (HEAP_AFTER_BYTES // 2))
-    job.deliver(job.output("server.0", b"y" * (HEAP_AFTER_BYTES // 2 - 1)))
+    handler(ids["worker.0"], proto.STDOUT, b"x" * (heap.AFTER_BYTES // 2))
+    job.deliver(job.output("server.0", b"y" * (heap.AFTER_BYTES // 2 - 1)))
     assert calls == []
     handler(ids["worker.0"], proto.STDERR, b"\n")
     assert calls == [1]

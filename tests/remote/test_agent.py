@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -55,16 +56,18 @@ def task_spec(
 class Agent:
     """A local agent and the events it sends, for driving it by hand."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, setup: tuple[str, ...] = ()) -> None:
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.session = AgentSession(local_host("here"), LocalLink(env), self.events)
+        self.link = LocalLink(env, setup)
+        self.session = AgentSession(local_host("here"), self.link, self.events)
         self.next_job = 0
 
     def hello(self, **fields: Any) -> dict[str, Any]:
         return self.session.request(proto.OP_HELLO, 10, **fields)
 
     def run(self, tasks: list[dict[str, Any]], **fields: Any) -> str:
-        """Stage and start tasks given as {"name", "argv", "env"?}; their ids are their indexes."""
+        """Stage and start tasks given as {"name", "argv", "env"?, "workdir"?}; their ids are
+        their indexes."""
         self.next_job += 1
         job = f"agent-test-{os.getpid()}-{self.next_job}"
         staged = [
@@ -79,6 +82,7 @@ class Agent:
                         SESSION_VAR: SESSION,
                         **task.get("env", {}),
                     },
+                    task.get("workdir"),
                 ),
             )
             for task_id, task in enumerate(tasks)
@@ -341,6 +345,84 @@ def test_the_stage_starts_the_setpriv_check_that_the_start_then_uses(tmp_path: P
         assert calls.read_text().splitlines()[-1].endswith(f"-- {PYTHON} -c pass")
     finally:
         a.close()
+
+
+# What brings enum, re, locale or collections into an interpreter (the agent's start took
+# three times the CPU of a bare python3 -S with them), and ctypes (3-5 ms), which only an
+# agent relaying a stream loads (`heap`).
+AGENT_MUST_NOT_IMPORT = {
+    "base64", "collections", "contextlib", "ctypes", "enum", "functools", "json", "locale",
+    "re", "selectors", "signal", "socket", "subprocess", "threading",
+}  # fmt: skip
+
+
+def imported_by(text: str) -> set[str]:
+    """The modules `-X importtime` lines name."""
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in text.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+def test_what_a_launch_asks_of_the_agent_imports_only_c_modules_beyond_pythons_own() -> None:
+    """Every host starts an agent for every command: through a launch's requests (hello, the
+    preflight's listen, unlisten and scan, stage, start, a task's output and exit) it imports
+    none of the standard modules that bring enum, re, locale or collections, nor ctypes."""
+    bare = subprocess.run(
+        [PYTHON, "-X", "importtime", "-c", "pass"], capture_output=True, text=True, check=True
+    )
+    a = Agent(env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    try:
+        port = a.hello(ports=1)[proto.HELLO_FREE_PORTS][0]
+        a.session.request(proto.OP_LISTEN, 10, address="127.0.0.1", port=port)
+        a.session.request(proto.OP_UNLISTEN, 10, ports=[port])
+        a.session.request(proto.OP_SCAN, 10, job="no-such-job")
+        a.run([{"name": "w", "argv": [PYTHON, "-c", "print('hi')"]}])
+        events = a.collect(1)
+        assert exits(events)[0]["code"] == 0
+        assert output_of(events, 0) == b"hi\n"
+        a.link.close_input()  # the agent exits: its stderr holds every import it made
+        a.link.proc.wait(timeout=10)
+        loaded = imported_by(a.link.stderr_text()) - imported_by(bare.stderr)
+    finally:
+        a.close()
+    assert {"_json", "_socket", "select"} <= loaded  # it ran, and said so
+    assert not loaded & AGENT_MUST_NOT_IMPORT
+
+
+def test_a_task_gets_default_signals_and_none_of_the_fds_the_agent_was_started_with(
+    tmp_path: Path,
+) -> None:
+    """Tasks start by posix_spawn: the agent's Python ignores SIGPIPE and SIGXFSZ, which a
+    task must not inherit (`train.py | head` would never end it), and an fd the agent was
+    started with (one a --setup command opened) must not reach a task; the agent goes back
+    to its own working directory after starting a task in another."""
+    a = Agent(setup=("exec 7</dev/null",))
+    try:
+        before = a.hello()["cwd"]
+        workdir = str(tmp_path)
+        fds = "import os; print(' '.join(os.listdir('/proc/self/fd')))"
+        a.run(
+            [
+                {"name": "sig", "argv": ["grep", "SigIgn", "/proc/self/status"]},
+                {"name": "fds", "argv": [PYTHON, "-c", fds]},
+                {
+                    "name": "cwd",
+                    "argv": [PYTHON, "-c", "import os; print(os.getcwd())"],
+                    "workdir": workdir,
+                },
+            ]
+        )
+        events = a.collect(3)
+        after = a.hello()["cwd"]
+    finally:
+        a.close()
+    ignored = int(output_of(events, 0).split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1))
+    assert {int(fd) for fd in output_of(events, 1).split()} <= {0, 1, 2, 3}  # and the listing's
+    assert output_of(events, 2).decode().strip() == workdir
+    assert after == before
 
 
 def test_a_setpriv_found_through_a_relative_path_entry_is_not_used(

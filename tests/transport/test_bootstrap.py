@@ -100,7 +100,7 @@ def test_the_agent_starts_without_what_only_the_doctor_or_the_type_checker_impor
         assert result.returncode == 0, result.stderr.decode()[-2000:]
         lines = result.stderr.decode().splitlines()
         imported = {line.rsplit("|", 1)[-1].strip() for line in lines}
-        assert "selectors" in imported  # the agent did start
+        assert "_socket" in imported  # the agent did start
         assert not imported & {"typing", "shutil", "hashlib", "_hashlib", "random", "bz2", "lzma"}
 
 
