@@ -152,11 +152,12 @@ def dmlc_tracker(job: Job, setup: Setup) -> Command:
 
 AGENT = "dtrain's agent"
 AGENT_C_ONLY = "the agent's C modules"
-# Under the agent's standard modules (json, subprocess, signal, socket, selectors, threading,
-# base64), the C ones they wrap; those wrappers bring enum, re, locale and collections.
+# What the agent imports beyond a bare interpreter's own: C modules where the standard ones
+# around them (json, signal, socket, selectors, threading, base64) would bring enum, re,
+# locale and collections.
 AGENT_C_MODULES = (
-    "_json", "_posixsubprocess", "_signal", "_socket", "_thread", "binascii", "marshal",
-    "select", "stat", "struct", "time", "zlib",
+    "_json", "_signal", "_socket", "_thread", "binascii", "errno", "fcntl",
+    "marshal", "select", "stat", "struct", "time", "types", "zlib",
 )  # fmt: skip
 
 FLOOR = "pyfloor"  # the trivial job only: what any Python launcher pays
