@@ -25,6 +25,7 @@ POSIX_SPAWN = hasattr(os, "posix_spawn")  # Python >= 3.8
 # signal stays ignored across exec (a task's `| head` would never end it).
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 _INHERITED_FDS_CLOSED = []  # type: List[bool]
+_CWD_LOCK = _thread.allocate_lock()  # a start that enters its cwd has the process's to itself
 
 
 def start_process(
@@ -42,9 +43,9 @@ def start_process(
 
     By posix_spawn unless `fork_hook` must run in the child before exec or this Python has
     none; then by subprocess, imported then. posix_spawn takes no working directory: the
-    agent enters `cwd` around the call (processes start from one thread at a time), and has
-    no close_fds: the fds the agent was started with are made close-on-exec first (Python
-    opens its own that way)."""
+    agent enters `cwd` around the call (one such start at a time), and has no close_fds: the
+    fds the agent was started with are made close-on-exec first (Python opens its own that
+    way)."""
     if fork_hook is None and POSIX_SPAWN:
         try:
             return _posix_spawn(argv, cwd, env, stdout, stderr, session)
@@ -94,26 +95,26 @@ def _posix_spawn(
             actions.append((os.POSIX_SPAWN_OPEN, target, os.devnull, os.O_WRONLY, 0))
         else:
             actions.append((os.POSIX_SPAWN_DUP2, fd, target))
-    back = None
-    if cwd is not None:
-        back = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        spawner = os.posix_spawn if "/" in argv[0] else os.posix_spawnp  # this PATH
+    spawner = os.posix_spawn if "/" in argv[0] else os.posix_spawnp  # this PATH
+    environ = os.environ if env is None else env
+
+    def start() -> "Child":
         pid = spawner(
-            argv[0],
-            argv,
-            os.environ if env is None else env,
-            file_actions=actions,
-            setsid=session,
+            argv[0], argv, environ, file_actions=actions, setsid=session,
             setsigdef=DEFAULT_SIGNALS,
-        )
-    finally:
-        if back is not None:
+        )  # fmt: skip
+        return Child(pid)
+
+    if cwd is None:
+        return start()
+    with _CWD_LOCK:
+        back = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
+        try:
+            os.chdir(cwd)
+            return start()
+        finally:
             os.fchdir(back)
             os.close(back)
-    return Child(pid)
 
 
 class Child:
