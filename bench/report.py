@@ -824,7 +824,7 @@ class Report:
             f"{secs(c_only)} for one importing the C modules the agent imports (`_json`, "
             "`_socket`, `_signal`, `select`, ...: it does without `json`, `subprocess`, "
             "`signal`, `socket`, `selectors` and `threading`, which brought `enum`, `re`, "
-            "`locale` and `collections` and nearly tripled its start, `dtrain/remote/spawn.py`); "
+            "`locale` and `collections` and nearly doubled its CPU, `dtrain/remote/spawn.py`); "
             f"the other {secs(agent - c_only)} is its own code, from the host's cache (table "
             "in *Other figures*)"
         )

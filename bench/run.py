@@ -405,7 +405,7 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
     }  # fmt: skip
     # dtrain's agent as a host starts it (its command, its code on stdin, compiled code from
     # the cache after the first run), to the end of its stream; and an interpreter importing
-    # only the C modules under the standard ones the agent imports: what its boot could cost.
+    # the same C modules: the difference is the agent's own code.
     from dtrain.transport import bootstrap
 
     commands[launchers.AGENT] = ("/bin/sh", "-c", bootstrap.remote_command())

@@ -103,6 +103,15 @@ def start_dtrain(
     )
 
 
+def imported_by(text: str) -> set[str]:
+    """The modules `python -X importtime` lines name."""
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in text.splitlines()
+        if line.startswith("import time:")
+    }
+
+
 def wait_for_line(path: Path, needle: str, timeout_s: float = 20.0) -> str:
     """Wait until a file (a task log) contains `needle`; return the file's text."""
     deadline = time.monotonic() + timeout_s

@@ -29,6 +29,7 @@ from tests.conftest import (
     PYTHON,
     SESSION,
     SESSION_VAR,
+    imported_by,
     job_pids,
     program,
     wait_for_line,
@@ -354,15 +355,6 @@ AGENT_MUST_NOT_IMPORT = {
     "base64", "collections", "contextlib", "ctypes", "enum", "functools", "json", "locale",
     "re", "selectors", "signal", "socket", "subprocess", "threading",
 }  # fmt: skip
-
-
-def imported_by(text: str) -> set[str]:
-    """The modules `-X importtime` lines name."""
-    return {
-        line.rsplit("|", 1)[-1].strip()
-        for line in text.splitlines()
-        if line.startswith("import time:")
-    }
 
 
 def test_what_a_launch_asks_of_the_agent_imports_only_c_modules_beyond_pythons_own() -> None:
