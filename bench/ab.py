@@ -24,11 +24,13 @@ FIELDS = ("launch_s", "e2e_s", "cpu_s", "remote_cpu_s", "rss_mb", "mb_per_s")
 
 
 def with_pythonpath(folder: Path) -> Builder:
-    """dtrain's launch command, importing dtrain from `folder`."""
+    """dtrain's launch command, importing dtrain from `folder`: `python -m dtrain`, which every
+    checkout has (the console script names the entry point of the installed one)."""
 
     def build(job: launchers.Job, setup: launchers.Setup) -> launchers.Command:
         command = launchers.dtrain(job, setup)
-        return launchers.Command(command.argv, {**command.env, "PYTHONPATH": str(folder)})
+        argv = (sys.executable, "-m", "dtrain", *command.argv[1:])
+        return launchers.Command(argv, {**command.env, "PYTHONPATH": str(folder)})
 
     return build
 

@@ -25,6 +25,8 @@ LAYERS = {
     "remote": 0,
     "plan": 0,
     "__init__": 0,
+    "usercache": 0,
+    "codecache": 0,
     "transport": 1,
     "agents": 2,
     "processes": 3,

@@ -21,11 +21,12 @@ import os
 import re
 import shlex
 import stat
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+from dtrain import usercache
 
 logger = logging.getLogger(__name__)
 
@@ -190,18 +191,9 @@ def _file_text(path: str, add: Callable[..., None]) -> str | None:
 
 
 def cache_folder() -> Path | None:
-    """~/.cache/dtrain/ssh-G (or under $XDG_CACHE_HOME), made private to this user; None when it
-    cannot be, or belongs to someone else, or others may write it."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = Path(root) / "dtrain" / "ssh-G"
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(folder)
-    except OSError:
-        return None
-    if folder.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        return None
-    return folder
+    """~/.cache/dtrain/ssh-G, private to this user (`usercache.folder`); None when it cannot be."""
+    folder = usercache.folder("ssh-G")
+    return Path(folder) if folder is not None else None
 
 
 class Answers:
@@ -230,40 +222,21 @@ class Answers:
 
     def get(self, name: str, user: str | None, port: int | None) -> str | None:
         path = self._path(name, user, port)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+        data = usercache.read(str(path), MAX_FILE_BYTES)
+        # Answers are written whole and renamed into place: anything else is not one.
+        if data is None or not data.startswith(b"host ") or not data.endswith(b"\n"):
             return None
-        try:
-            info = os.fstat(fd)
-            if info.st_uid != os.getuid() or info.st_mode & 0o022:
-                return None
-            data = os.read(fd, MAX_FILE_BYTES)
-            # Answers are written whole and renamed into place: anything else is not one.
-            if not data.startswith(b"host ") or not data.endswith(b"\n"):
-                return None
-            os.utime(fd)  # in use: not stale
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)  # in use: not stale
         return data.decode("utf-8", "surrogateescape")
 
     def put(self, name: str, user: str | None, port: int | None, text: str) -> None:
         path = self._path(name, user, port)
-        temporary = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            try:
-                os.write(fd, text.encode("utf-8", "surrogateescape"))
-            finally:
-                os.close(fd)
-            os.replace(temporary, path)
+            usercache.write(str(path), text.encode("utf-8", "surrogateescape"))
             self.stored += 1
         except OSError as exc:
             logger.debug("cannot keep the ssh -G answer for %s: %s", name, exc)
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
 
     def prune(self, now: float | None = None) -> None:
         """Remove answers unused for a week (a config that changed leaves its old ones)."""

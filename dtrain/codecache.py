@@ -1,0 +1,149 @@
+"""The compiled code of the methods `dataclasses` writes for dtrain's records, kept between runs.
+
+dataclasses writes each record's `__init__`, `__repr__`, `__eq__`, `__hash__` (and a frozen one's
+`__setattr__` and `__delattr__`) as source text and compiles it every time the class is made,
+which no .pyc keeps: a launch makes ~50 records, ~270 compiles, 45-55 ms of its CPU on this
+machine (a fifth of its imports), before its first connection and while the agents boot. The
+`dtrain` program (not a program that imports dtrain) answers those compiles from a file in the
+user's cache folder: for each text, the code object `exec` compiles from it, stored with
+marshal under the interpreter's bytecode magic number and behind a SHA-256 digest, so a torn or
+altered file is never loaded (as the agent's compiled code is kept on the hosts). A text the
+file lacks is compiled as before, and the file is rewritten when the program ends. What runs is
+what dataclasses would have run: the same text compiled the same way, only not compiled again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import marshal
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from types import CodeType
+from typing import Any
+
+from dtrain import usercache
+
+MAX_FILE_BYTES = 8 << 20
+MAX_TEXTS = 4096  # past it, a rewrite keeps only the texts the run that writes used
+DIGEST_BYTES = 32
+
+
+def _sha256(data: bytes) -> bytes:
+    """SHA-256 from the interpreter's built-in module where it has one (hashlib loads OpenSSL)."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]  # Python <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found]  # 3.12+
+        except ImportError:
+            from hashlib import sha256
+    digest: bytes = sha256(data).digest()
+    return digest
+
+
+def cache_file() -> str | None:
+    """This interpreter's file in the user's cache folder; None without one (or on an
+    interpreter that keeps no bytecode)."""
+    tag = sys.implementation.cache_tag
+    folder = usercache.folder() if tag else None
+    if folder is None:
+        return None
+    from importlib.util import MAGIC_NUMBER
+
+    return os.path.join(folder, f"records-{tag}-{MAGIC_NUMBER.hex()}.bin")
+
+
+def decode(data: bytes | None) -> dict[str, CodeType]:
+    """The texts and their code in a cache file's bytes; empty unless the digest matches and the
+    content is exactly a dict of text to code."""
+    if data is None or len(data) <= DIGEST_BYTES:
+        return {}
+    body = data[DIGEST_BYTES:]
+    if _sha256(body) != data[:DIGEST_BYTES]:
+        return {}
+    try:
+        codes = marshal.loads(body)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    if type(codes) is not dict:
+        return {}
+    if not all(type(k) is str and type(v) is CodeType for k, v in codes.items()):
+        return {}
+    return codes
+
+
+def encode(codes: Mapping[str, CodeType]) -> bytes:
+    body = marshal.dumps(dict(codes))
+    return _sha256(body) + body
+
+
+class CodeCache:
+    """`exec` for dataclasses: a text's code from the cache, compiled (and kept) if missing."""
+
+    def __init__(self, path: str | None, codes: dict[str, CodeType]) -> None:
+        self.path = path
+        self.codes = codes
+        self.used: set[str] = set()
+        self.compiled = 0
+        self._lock = threading.Lock()  # the launch imports in a thread too
+
+    def exec(  # builtins.exec's own parameters
+        self,
+        source: Any,
+        globals: dict[str, Any] | None = None,
+        locals: Mapping[str, object] | None = None,
+        /,
+        **kwargs: Any,
+    ) -> None:
+        if globals is None:  # as exec does: the caller's namespaces, not this module's
+            caller = sys._getframe(1)
+            globals = caller.f_globals
+            locals = caller.f_locals if locals is None else locals
+        if type(source) is str:
+            code = self.codes.get(source)
+            if code is None:
+                # exec's own compile: "<string>", no __future__ flags (this module's would leak)
+                code = compile(source, "<string>", "exec", dont_inherit=True)
+                with self._lock:
+                    self.codes[source] = code
+                    self.compiled += 1
+            self.used.add(source)
+            source = code
+        builtins.exec(source, globals, locals, **kwargs)
+
+    def save(self) -> bool:
+        """Rewrite the file when this run compiled what it did not hold; whether it was."""
+        if not self.compiled or self.path is None:
+            return False
+        with self._lock:
+            if len(self.codes) > MAX_TEXTS:  # texts of older dtrains: keep what is in use
+                keep = {text: self.codes[text] for text in self.used}
+            else:
+                keep = dict(self.codes)
+        try:
+            usercache.write(self.path, encode(keep))
+        except OSError:
+            return False  # the next run compiles again
+        return True
+
+
+_active: CodeCache | None = None
+
+
+def install(path: Callable[[], str | None] = cache_file) -> CodeCache:
+    """From now on, dataclasses in this process compile through the cache (once per process)."""
+    global _active
+    if _active is None:
+        where = path()
+        _active = CodeCache(where, decode(usercache.read(where, MAX_FILE_BYTES)) if where else {})
+        setattr(dataclasses, "exec", _active.exec)  # noqa: B010 - shadows the builtin there
+    return _active
+
+
+def save() -> None:
+    """At the program's end: keep what this run compiled for the next one (if installed)."""
+    if _active is not None:
+        _active.save()
