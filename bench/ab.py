@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bashrc", default="blank", help="as-is or blank")
     parser.add_argument("--peers", default="pdsh", help="comma list of pdsh,ssh,pyfloor (or none)")
     args = parser.parse_args(argv)
+    run.unwind_on_sigterm()
     builders: dict[str, Builder] = launchers.BUILDERS  # type: ignore[assignment]
     builders["dtrain"] = with_pythonpath(run.REPO)
     names = ["dtrain"]
