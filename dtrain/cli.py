@@ -1203,7 +1203,7 @@ def hoist_debug(args: Sequence[str]) -> list[str]:
 
 def run() -> NoReturn:
     """The `dtrain` program: `main`, then out at once, without tearing the interpreter down
-    (what this run compiled of its records' methods is kept for the next first: `codecache`).
+    (once the record methods this run compiled are kept for the next: `codecache`).
 
     That teardown (garbage collection over every module's objects, then freeing them:
     paramiko, cryptography, click) took 40-65 ms after each command had done its work, before

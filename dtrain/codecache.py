@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import CodeType
 from typing import Any
 
@@ -128,11 +128,11 @@ class CodeCache:
 _active: CodeCache | None = None
 
 
-def install(path: Callable[[], str | None] = cache_file) -> CodeCache:
+def install() -> CodeCache:
     """From now on, dataclasses in this process compile through the cache (once per process)."""
     global _active
     if _active is None:
-        where = path()
+        where = cache_file()
         _active = CodeCache(where, decode(usercache.read(where, MAX_FILE_BYTES)) if where else {})
         setattr(dataclasses, "exec", _active.exec)  # noqa: B010 - shadows the builtin there
     return _active
