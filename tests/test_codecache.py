@@ -47,14 +47,14 @@ NAMES = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size
 
 def make(names: list[str], flags: dict[str, bool]) -> type:
     fields: list[Any] = []
-    for i, name in enumerate(dict.fromkeys(n for n in names if n not in {"self"})):
+    for i, name in enumerate(dict.fromkeys(names)):
         if i % 3 == 0:
             fields.append((f"f_{name}", int))
         elif i % 3 == 1:
             fields.append((f"f_{name}", "str", dataclasses.field(default="x")))
         else:
             fields.append((f"f_{name}", list[int], dataclasses.field(default_factory=list)))
-    # defaults first would not be a valid record without kw_only: give them all one
+    # a field without a default after one with it needs kw_only: otherwise give every field one
     if not flags["kw_only"]:
         fields = [(f[0], f[1], dataclasses.field(default=0)) if len(f) == 2 else f for f in fields]
     options: dict[str, Any] = dict(flags)
