@@ -9,13 +9,15 @@ user's cache folder: for each text, the code object `exec` compiles from it, sto
 marshal under the interpreter's bytecode magic number and behind a checksum, so a torn or
 damaged file is never loaded. A text the file lacks is compiled as before, and the file is
 rewritten when the program ends. What runs is what dataclasses would have run: the same text
-compiled the same way, only not compiled again. Loading it takes ~5 ms a start.
+compiled the same way, only not compiled again. Loading it takes ~5 ms a start; `--debug` says
+how many methods came from it.
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 import marshal
 import os
 import sys
@@ -26,6 +28,8 @@ from types import CodeType
 from typing import Any
 
 from dtrain import usercache
+
+logger = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 8 << 20
 MAX_TEXTS = 1024  # ~1 MB; past it (older dtrains' texts), a rewrite keeps what its run used
@@ -140,5 +144,13 @@ def install() -> CodeCache:
 
 def save() -> None:
     """At the program's end: keep what this run compiled for the next one (if installed)."""
-    if _active is not None:
-        _active.save()
+    if _active is None:
+        return
+    kept = _active.save()
+    logger.debug(
+        "record methods: %d from %s, %d compiled%s",
+        len(_active.used) - _active.compiled,
+        _active.path or "no cache file",
+        _active.compiled,
+        " and kept" if kept else "",
+    )

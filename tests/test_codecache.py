@@ -312,6 +312,21 @@ def test_the_dtrain_program_keeps_the_cache_and_a_library_import_does_not(
     assert [p.name.startswith("records-") for p in folder.iterdir()] == [True]
 
 
+def test_debug_says_where_the_records_methods_came_from(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    argv = [PYTHON, "-m", "dtrain", "--debug", "launch", "--dry-run", "-n", "1"]
+    argv += ["--framework", "torch", "--log-dir", str(tmp_path / "logs"), "--", "true"]
+    said = []
+    for _ in range(2):
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        said.append([line for line in out.stderr.splitlines() if "record methods:" in line])
+    assert [len(lines) for lines in said] == [1, 1]
+    assert said[0][0].endswith(" compiled and kept")
+    assert " 0 from " in said[0][0]
+    assert said[1][0].endswith(", 0 compiled")
+
+
 def test_an_unusable_cache_folder_leaves_the_program_as_it_was(tmp_path: Path) -> None:
     (tmp_path / "cache").write_text("a file where the folder would be\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
