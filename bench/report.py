@@ -1403,11 +1403,11 @@ class Report:
                 rs = select(found, bashrc=mode, hosts=h, available=True)
                 if rs:
                     codes = sorted({r.get("exit_code") for r in rs}, key=str)
-                    fails = [
+                    fails = [  # doctor's findings, not a table row that holds a FAIL
                         line.strip()
                         for r in rs
                         for line in (r.get("stderr_tail") or "").splitlines()
-                        if "FAIL" in line
+                        if line.strip().startswith("FAIL ")
                     ]
                     why = f"`{fails[0][:120]}`" if fails else ""
                     cpu_here, cpu_hosts = med(rs, "cpu_s"), med(rs, "remote_cpu_s")
