@@ -45,8 +45,6 @@ from dtrain.remote import heap, proto
 logger = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 16384
-# Output relayed before the launcher keeps its freed buffers (dtrain.remote.heap): a job
-# printing a line now and then never loads ctypes for it.
 KILL_AFTER_GRACE_S = 2.0  # after the grace, KILL what did not report an exit
 GIVE_UP_AFTER_KILL_S = 3.0  # after that, stop waiting for a host that does not answer
 POLL_S = 0.2  # the longest the loop waits for an event before checking its timers
