@@ -30,6 +30,7 @@ from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
+from dtrain.transport.machine import lookup_name
 from dtrain.transport.options import SshOptions
 from dtrain.transport.proxy import ProxySocket
 from dtrain.transport.sshlib import ByteQueue, paramiko
@@ -720,8 +721,10 @@ class SshTransport:
                 ("127.0.0.1", 0),
                 timeout=target.connect_timeout_s,
             )
+        host = lookup_name(target.hostname)  # bytes: it goes to getaddrinfo, which takes them
         sock = socket.create_connection(
-            (target.hostname, target.port), timeout=target.connect_timeout_s
+            (host, target.port),  # type: ignore[arg-type]
+            timeout=target.connect_timeout_s,
         )
         # paramiko sets no socket options: Nagle + delayed ACK cost ~40 ms per round trip.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

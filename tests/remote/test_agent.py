@@ -383,6 +383,40 @@ def test_what_a_launch_asks_of_the_agent_imports_only_c_modules_beyond_pythons_o
     assert not loaded & AGENT_MUST_NOT_IMPORT
 
 
+def test_what_a_doctor_asks_of_the_agent_imports_only_c_modules_beyond_pythons_own(
+    tmp_path: Path,
+) -> None:
+    """`dtrain doctor` starts an agent on every host too: through its requests (the hello that
+    starts the probe ahead, listen, connect, unlisten, scan, the probe) it imports none of
+    those modules either, nor the idna codec, which a str host name given to getaddrinfo
+    loads (with `re`: ~11 ms of each host's CPU)."""
+    bare = subprocess.run(
+        [PYTHON, "-X", "importtime", "-c", "pass"], capture_output=True, text=True, check=True
+    )
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    fields = {"interpreter": PYTHON, "workdir": str(tmp_path), "script": "train.py"}
+    a = Agent(env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    try:
+        a.hello(**{proto.HELLO_PROBE_AHEAD: fields})
+        port = a.session.request(proto.OP_LISTEN, 10, address="127.0.0.1", port=0)["port"]
+        target = {"to": "here", "address": "127.0.0.1", "port": port}
+        connected = a.session.request(proto.OP_CONNECT, 10, targets=[target], wait_s=2.0)
+        a.session.request(proto.OP_UNLISTEN, 10, ports=[port])
+        a.session.request(proto.OP_SCAN, 10, job="no-such-job")
+        facts = a.session.request(proto.OP_PROBE, 10, port=port, **fields)
+        a.link.close_input()  # the agent exits: its stderr holds every import it made
+        a.link.proc.wait(timeout=10)
+        loaded = imported_by(a.link.stderr_text()) - imported_by(bare.stderr)
+    finally:
+        a.close()
+    assert connected[proto.CONNECT_RESULTS][0]["ok"], connected  # it ran, and said so
+    assert facts["hostname"]["hostname"] and facts["interpreter"]["executable"], facts
+    assert facts["files"], facts
+    assert not loaded & (AGENT_MUST_NOT_IMPORT | {"encodings.idna"}), sorted(
+        loaded & (AGENT_MUST_NOT_IMPORT | {"encodings.idna"})
+    )
+
+
 def test_a_task_gets_default_signals_and_none_of_the_fds_the_agent_was_started_with(
     tmp_path: Path,
 ) -> None:
