@@ -100,31 +100,35 @@ def request_each(
     """One request to every session at once, keyed as `sessions` is.
 
     `fields_for` adds per-host fields to the common ones; a session it gives None is not asked.
+    Every request is sent before any reply is awaited, all from this thread: a thread per host
+    per round cost ~3 ms of a round's 4 at 8 hosts (measured on local agents).
     """
     replies: dict[str, Reply] = {}
     times: dict[str, tuple[float, float]] = {}
-    lock = threading.Lock()
-
-    def ask(item: tuple[str, AgentSession, dict[str, Any]]) -> None:
-        key, session, body = item
-        sent = time.time()
-        try:
-            reply: Reply = session.request(op, timeout_s, **body)
-        except RemoteError as exc:
-            reply = exc
-        with lock:
-            replies[key] = reply
-            times[key] = (sent, time.time())
-
     started = time.monotonic()
-    asked = []
+    waiting: list[tuple[str, AgentSession, float]] = []
     for key, session in sessions.items():
         extra = fields_for(session) if fields_for is not None else {}
-        if extra is not None:
-            asked.append((key, session, dict(fields, **extra)))
-    in_parallel(asked, ask)
-    logger.debug("%s on %d host(s): %.3fs", op, len(asked), time.monotonic() - started)
-    return Replies(replies, times, {key: s.host.display for key, s in sessions.items()})
+        if extra is None:
+            continue
+        sent = time.time()
+        try:
+            session.send_request(op, **dict(fields, **extra))
+        except RemoteError as exc:
+            replies[key], times[key] = exc, (sent, time.time())
+            continue
+        waiting.append((key, session, sent))
+    deadline = time.monotonic() + timeout_s
+    for key, session, sent in waiting:
+        try:
+            reply: Reply
+            reply, answered = session.reply_to(op, timeout_s, max(0.0, deadline - time.monotonic()))
+        except RemoteError as exc:
+            reply, answered = exc, time.time()
+        replies[key], times[key] = reply, (sent, answered)
+    logger.debug("%s on %d host(s): %.3fs", op, len(replies), time.monotonic() - started)
+    in_order = {key: replies[key] for key in sessions if key in replies}
+    return Replies(in_order, times, {key: s.host.display for key, s in sessions.items()})
 
 
 class AgentGroup:

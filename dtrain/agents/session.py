@@ -100,7 +100,8 @@ class AgentSession:
         self.link = link
         self.events = events
         self.budget = budget
-        self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        # each reply with when it arrived (wall clock); None once the stream has ended
+        self.replies: queue.Queue[tuple[dict[str, Any], float] | None] = queue.Queue()
         self.last_heard = time.monotonic()
         self.output: OutputHandler | None = None
         self.output_since: float | None = None  # when the handler running now was called
@@ -137,7 +138,7 @@ class AgentSession:
                 if payload is None:
                     break
                 if kind == proto.REPLY:
-                    self.replies.put(proto.decode_json(payload))
+                    self.replies.put((proto.decode_json(payload), time.time()))
                 elif kind in OUTPUT_KINDS and (handler := self.output) is not None:
                     # written out here: a slow console or disk holds this reader (and, through
                     # ssh flow control, the agent and its tasks) back, not the supervisor
@@ -183,6 +184,12 @@ class AgentSession:
 
         Errors become `RemoteError` naming the host.
         """
+        self.send_request(op, data, **fields)
+        return self.reply_to(op, timeout_s)[0]
+
+    def send_request(self, op: str, data: Iterable[bytes] = (), **fields: Any) -> None:
+        """Send a request (and its bulk `data`, then an end mark); `reply_to` waits for its
+        reply. The agent answers requests in the order they came."""
         body = dict(fields, **{proto.OP: op})
         if not self.send(proto.encode_json(proto.REQUEST, body)):
             raise self.broken(f"could not send the {op} request")
@@ -191,8 +198,15 @@ class AgentSession:
                 if not self.send(proto.encode(proto.DATA, chunk)):
                     raise self.broken(f"could not send the data of {op}")
             self.send(proto.encode(proto.DATA, b""))
+
+    def reply_to(
+        self, op: str, timeout_s: float, wait_s: float | None = None
+    ) -> tuple[dict[str, Any], float]:
+        """The reply to the oldest request sent and not yet answered (`op`, sent `timeout_s`
+        ago at most), and when it arrived (wall clock); waits up to `wait_s` (default
+        `timeout_s`). Errors become `RemoteError` naming the host."""
         try:
-            reply = self.replies.get(timeout=timeout_s)
+            answer = self.replies.get(timeout=timeout_s if wait_s is None else wait_s)
         except queue.Empty:
             raise RemoteError(
                 f"no answer to {op} within {timeout_s:.0f}s",
@@ -200,13 +214,14 @@ class AgentSession:
                 hint=f"check the load and network of {self.host.display}; "
                 f"`dtrain doctor` checks every host",
             ) from None
-        if reply is None:
+        if answer is None:
             raise self.broken(f"dtrain's agent exited during {op}")
+        reply, arrived = answer
         if proto.ERROR in reply:
             raise RemoteError(
                 reply[proto.ERROR], hint=reply.get(proto.HINT), host=self.host.display
             )
-        return reply
+        return reply, arrived
 
     def broken(self, what: str) -> RemoteError:
         stderr = self.link.stderr_text().strip()
