@@ -149,7 +149,8 @@ def gather_facts(
     placed: Sequence[PlacedTask] | None = None,
     leases: Mapping[str, float] | None = None,
 ) -> planner.Facts:
-    """Ask every agent about its host; addresses are the ones ssh reached them at."""
+    """Ask every agent about its host; addresses are the ones ssh reached them at. Facts are
+    of the hosts with agents, which are the hosts with tasks: the plan asks of no other."""
     from dtrain.agents import ops
 
     ports = planner.ports_needed(request, placed)
@@ -174,18 +175,15 @@ def gather_facts(
         hosts[key] = planner.HostFacts(
             address=address, interfaces=hello.interfaces, free_ports=hello.free_ports
         )
-    here_address = local_address(remote_addresses)
     for key, reply in replies.items():
         host = sessions[key].host
-        if host.is_local:
+        if host.is_local:  # tasks here: this machine's agent answered too
             hello = ops.HelloFacts.from_reply(reply)
             hosts[key] = planner.HostFacts(
-                address=here_address, interfaces=hello.interfaces, free_ports=hello.free_ports
+                address=local_address(remote_addresses),
+                interfaces=hello.interfaces,
+                free_ports=hello.free_ports,
             )
-    if request.local_host.key not in hosts:
-        hosts[request.local_host.key] = planner.HostFacts(
-            address=here_address, interfaces=local_interfaces()
-        )
     return planner.Facts(job_id=job_id, hosts=hosts)
 
 
