@@ -128,7 +128,7 @@ def test_the_second_run_asks_openssh_nothing_and_gets_the_same_answers(
     assert resolve(config, "n1", "n2") == first
     assert sorted(asked(log)) == ["n1", "n2"]  # nothing more
     assert first[0]["user"] == ("bob",)
-    assert sorted(os.stat(p).st_mode & 0o777 for p in cache.iterdir()) == [0o600, 0o600]
+    assert sorted(os.stat(p).st_mode & 0o777 for p in answers(cache)) == [0o600, 0o600]
     assert os.stat(cache).st_mode & 0o777 == 0o700
 
 
@@ -176,7 +176,7 @@ def test_a_cache_others_may_write_or_a_file_not_written_by_dtrain_is_not_believe
 ) -> None:
     config, log = config_and_log(tmp_path, monkeypatch, "Host n1\n  HostName 198.18.0.11\n")
     resolve(config, "n1")
-    (answer,) = cache.iterdir()
+    (answer,) = answers(cache)
     answer.write_text("hostname 198.18.0.99\n")  # not an answer `ssh -G` wrote
     assert resolve(config, "n1")[0]["hostname"] == ("198.18.0.11",)
     cache.chmod(0o777)
@@ -192,12 +192,50 @@ def test_answers_unused_for_a_week_are_removed_when_new_ones_are_kept(
     config = tmp_path / "ssh_config"
     config.write_text("Host n1\n  HostName 198.18.0.11\n")
     resolve(config, "n1")
-    (old,) = cache.iterdir()
+    (old,) = answers(cache)
     week_ago = time.time() - 8 * 86400
     os.utime(old, (week_ago, week_ago))
     resolve(config, "n1")  # a hit refreshes the answer it used
     assert old.exists() and old.stat().st_mtime > week_ago
     os.utime(old, (week_ago, week_ago))
     config.write_text("Host n1\n  HostName 198.18.0.12\n")
+    resolve(config, "n1")  # a new answer is kept; the folder was swept less than a day ago
+    assert old.exists() and len(answers(cache)) == 2
+    day_ago = time.time() - 86401
+    os.utime(cache / sshcache.SWEPT, (day_ago, day_ago))
+    config.write_text("Host n1\n  HostName 198.18.0.13\n")
     resolve(config, "n1")  # a new answer is kept, the stale one goes
-    assert not old.exists() and len(list(cache.iterdir())) == 1
+    assert not old.exists() and len(answers(cache)) == 2
+    assert (cache / sshcache.SWEPT).stat().st_mtime > day_ago + 60
+
+
+def answers(cache: Path) -> list[Path]:
+    return [path for path in cache.iterdir() if path.name != sshcache.SWEPT]
+
+
+def test_a_sweep_comes_at_most_once_a_day_and_a_stamp_from_the_future_does_not_stop_it(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "ssh-G"
+    folder.mkdir(mode=0o700)
+    kept = sshcache.Answers(folder, "0" * 64)
+    stale = folder / "old.txt"
+    now = time.time()
+
+    def left_stale() -> None:
+        stale.write_text("host n1\n")
+        os.utime(stale, (now - 8 * 86400, now - 8 * 86400))
+
+    left_stale()
+    kept.prune(now)
+    assert not stale.exists()
+    left_stale()
+    kept.prune(now + 3600)  # swept an hour ago
+    assert stale.exists()
+    kept.prune(now + 86401)
+    assert not stale.exists()
+    left_stale()
+    os.utime(folder / sshcache.SWEPT, (now + 30 * 86400, now + 30 * 86400))
+    kept.prune(now + 86402)
+    assert not stale.exists()
+    assert answers(folder) == []
