@@ -3,15 +3,15 @@
     python bench/pyfloor.py CONFIG HOST[,HOST...] COMMAND
 
 One paramiko connection per host, tuned as dtrain tunes its own (`_Transport`: AES-GCM, one
-read for many packets, the post-auth ACK sent at once), one exec channel on each running
-COMMAND (the benchmark gives it what pdsh runs on a host: the tasks, started by the login
-shell), every exit status waited for, and out without the interpreter's teardown, as dtrain
-leaves. Nothing else: no `ssh -G`, no agent, no plan or environment, no logs, no teardown of
-the others when a task fails, no signal handling. The benchmark runs it beside dtrain and
-pdsh on the trivial job only, so the page can split dtrain's distance from pdsh into what any
-Python launcher pays and what dtrain adds. Host keys are checked against the config's
-known_hosts; a host that does not match, or cannot be reached, fails the run (exit 255),
-never prompts.
+read for many packets, the post-auth ACK sent at once; the host name looked up as bytes), one
+exec channel on each running COMMAND (the benchmark gives it what pdsh runs on a host: the
+tasks, started by the login shell), every exit status waited for, and out without the
+interpreter's teardown, as dtrain leaves. Nothing else: no `ssh -G`, no agent, no plan or
+environment, no logs, no teardown of the others when a task fails, no signal handling. The
+benchmark runs it beside dtrain and pdsh on the trivial job only, so the page can split
+dtrain's distance from pdsh into what any Python launcher pays and what dtrain adds. Host keys
+are checked against the config's known_hosts; a host that does not match, or cannot be reached,
+fails the run (exit 255), never prompts.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import socket
 import sys
 import threading
 
+from dtrain.transport.machine import lookup_name
 from dtrain.transport.ssh import _Transport
 from dtrain.transport.sshlib import paramiko
 
@@ -31,7 +32,8 @@ def run_host(settings: paramiko.SSHConfigDict, command: str, codes: list[int]) -
     """Connect, check the host key, authenticate, run `command`, wait for it."""
     hostname, port = settings["hostname"], int(settings.get("port", 22))
     known = paramiko.HostKeys(os.path.expanduser(settings["userknownhostsfile"].split()[0]))
-    sock = socket.create_connection((hostname, port), timeout=TIMEOUT_S)
+    address = (lookup_name(hostname), port)  # as dtrain: no idna codec
+    sock = socket.create_connection(address, timeout=TIMEOUT_S)  # type: ignore[arg-type]
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     transport = _Transport(sock)
     try:
