@@ -202,9 +202,9 @@ class AgentSession:
     def reply_to(
         self, op: str, timeout_s: float, wait_s: float | None = None
     ) -> tuple[dict[str, Any], float]:
-        """The reply to the oldest request sent and not yet answered (`op`, sent `timeout_s`
-        ago at most), and when it arrived (wall clock); waits up to `wait_s` (default
-        `timeout_s`). Errors become `RemoteError` naming the host."""
+        """The reply to the oldest request not yet answered and when it arrived (wall clock),
+        waiting up to `wait_s` (default `timeout_s`); `op` and `timeout_s` name that request in
+        the error when none comes. Errors become `RemoteError` naming the host."""
         try:
             answer = self.replies.get(timeout=timeout_s if wait_s is None else wait_s)
         except queue.Empty:
