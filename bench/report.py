@@ -1094,7 +1094,7 @@ class Report:
             "each host, a plan) before it is slower than pdsh at that size: where it is "
             "smaller than what the agent alone costs (at one host, measured by hand: ~18 ms "
             "from its start to its first answer, a second interpreter after the login "
-            "shell, and ~12 ms of rounds to it before the tasks start), no launcher with an "
+            "shell, and five rounds to it after its hello, 1-2.5 ms each), no launcher with an "
             "agent on each host can be ≤ pdsh there on this machine; where it is larger, "
             "the rest of dtrain's own cost (its imports, section *Where dtrain misses*) is "
             "what stands between.",
