@@ -394,7 +394,7 @@ def test_what_a_doctor_asks_of_the_agent_imports_only_c_modules_beyond_pythons_o
         [PYTHON, "-X", "importtime", "-c", "pass"], capture_output=True, text=True, check=True
     )
     (tmp_path / "train.py").write_text("print('hi')\n")
-    fields = {"interpreter": PYTHON, "workdir": str(tmp_path), "script": "train.py"}
+    fields: dict[str, Any] = {"interpreter": PYTHON, "workdir": str(tmp_path), "script": "train.py"}
     a = Agent(env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
     try:
         a.hello(**{proto.HELLO_PROBE_AHEAD: fields})
