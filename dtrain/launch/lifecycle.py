@@ -259,12 +259,12 @@ class Launch:
         placed = () if allocating else planner.place(self.request)
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
         hosts = AgentGroup(self.options.ssh, self.options.remote_python, slurm)
-        hosts.resolve_ahead(self.request.hosts)
-        if self.request.hosts and slurm is None:  # a host listed twice is a mistake
-            hosts.ssh.distinct_targets(self.request.hosts)
-        phase = _PhaseClock()
         started = False
         try:
+            hosts.resolve_ahead(self.request.hosts, dial=_hosts_of(placed))
+            if self.request.hosts and slurm is None:  # a host listed twice is a mistake
+                hosts.ssh.distinct_targets(self.request.hosts)
+            phase = _PhaseClock()
             if allocating:
                 placed = self._allocate(hosts)
                 phase("Slurm allocation made, agents started")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
 
 @dataclass(frozen=True)
 class SshOptions:

@@ -30,15 +30,13 @@ from dtrain.errors import Problem, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
-from dtrain.transport.machine import lookup_name
-from dtrain.transport.options import SshOptions
+from dtrain.transport.dial import MAX_PARALLEL_CONNECTS, Dialling, dial
+from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.proxy import ProxySocket
 from dtrain.transport.sshlib import ByteQueue, paramiko
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-MAX_PARALLEL_CONNECTS = 32
 MAX_JUMP_DEPTH = 8
 # a server that offers no protocol version or algorithm we share; the stubs lag paramiko
 IncompatiblePeer: type[paramiko.SSHException] = paramiko.IncompatiblePeer  # type: ignore[attr-defined]
@@ -325,23 +323,20 @@ def openssh_target(
         )
 
     known = (*paths("userknownhostsfile"), *paths("globalknownhostsfile"))
-    timeout = options.connect_timeout_s
-    if timeout is None:
-        raw = get("connecttimeout", "none")
-        timeout = float(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_CONNECT_TIMEOUT_S
     proxy = get("proxycommand", "none")
     jump = get("proxyjump", "none")
     alive = get("serveraliveinterval", "0")
     alive_count = get("serveralivecountmax", "3")
+    hostname, port, user = sshconfig.endpoint(settings, host.name)
     return SshTarget(
-        hostname=get("hostname", host.name),
-        port=int(get("port", "22")),
-        user=get("user", getpass.getuser()),
+        hostname=hostname,
+        port=port,
+        user=user,
         identity_files=paths("identityfile"),
         identities_only=get("identitiesonly", "no") in ("yes", "true"),
         known_hosts_files=known or (os.path.join(options.user_config_dir, "known_hosts"),),
         strict_host_keys=strictness(get("stricthostkeychecking", "ask")),
-        connect_timeout_s=timeout,
+        connect_timeout_s=sshconfig.connect_timeout_s(settings, options.connect_timeout_s),
         proxy_jump=None if jump == "none" else jump,
         proxy_command=None
         if proxy == "none"
@@ -572,16 +567,25 @@ def _certified_key(identities: Sequence[str], certificates: Sequence[str]) -> pa
 class SshTransport:
     """One authenticated connection per host, opened in parallel, reused for every channel."""
 
-    def __init__(self, options: SshOptions, ahead: sshconfig.Resolving | None = None) -> None:
+    def __init__(
+        self,
+        options: SshOptions,
+        ahead: sshconfig.Resolving | None = None,
+        dialling: Dialling | None = None,
+    ) -> None:
         self.options = options
         # OpenSSH's own resolution where its client exists; else dtrain's reading of the files
         self.openssh = sshconfig.have_openssh() if options.use_openssh else None
-        # `ssh -G` already under way for some hosts (started before paramiko's import)
+        # `ssh -G` already under way for some hosts (started before paramiko's import), and
+        # connections to them dialled once every answer came and none stood in the way
         same = ahead is not None and (ahead.ssh, ahead.config_file) == (
             self.openssh,
             options.config_file,
         )
         self._ahead = ahead if same else None
+        self._dialling = dialling if same else None
+        if dialling is not None and not same:
+            dialling.close()
         self.config = load_ssh_config(options) if self.openssh is None else paramiko.SSHConfig()
         self._settings: dict[tuple[str, str | None, int | None], sshconfig.Settings] = {}
         self._local = sshconfig.Local.here()
@@ -688,7 +692,13 @@ class SshTransport:
         for host, problem in zip(hosts, outcomes, strict=True):
             if problem is not None:
                 problems[host.key] = problem
+        logger.debug("connections dialled ahead: %d of %d", self.dialled_ahead, len(hosts))
         return problems
+
+    @property
+    def dialled_ahead(self) -> int:
+        """Connections that had been dialled while paramiko loaded (`dtrain.transport.dial`)."""
+        return self._dialling.taken if self._dialling is not None else 0
 
     def _connect_one(self, host: Host, target: SshTarget) -> Problem | None:
         started = time.monotonic()
@@ -721,14 +731,9 @@ class SshTransport:
                 ("127.0.0.1", 0),
                 timeout=target.connect_timeout_s,
             )
-        host = lookup_name(target.hostname)  # bytes: it goes to getaddrinfo, which takes them
-        sock = socket.create_connection(
-            (host, target.port),  # type: ignore[arg-type]
-            timeout=target.connect_timeout_s,
-        )
-        # paramiko sets no socket options: Nagle + delayed ACK cost ~40 ms per round trip.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+        dialled = self._dialling.take(target.hostname, target.port) if self._dialling else None
+        sock = dialled.result() if dialled is not None else None  # or its dial's own error
+        return sock or dial(target.hostname, target.port, target.connect_timeout_s)
 
     def _jump_client(self, spec: str) -> paramiko.SSHClient:
         """The one connection to a ProxyJump host, opened by the first host that needs it.
@@ -865,6 +870,8 @@ class SshTransport:
         ]
         for client in [*self.clients.values(), *jumps, *self._spare_jumps]:
             client.close()
+        if self._dialling is not None:
+            self._dialling.close()
         self.clients.clear()
         self._jumps.clear()
         self._spare_jumps.clear()

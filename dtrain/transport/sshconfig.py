@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import UsageError
+from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S
 from dtrain.transport.sshcache import Answers
 
 SSH_G_TIMEOUT_S = 20.0
@@ -92,6 +93,26 @@ def expand_tokens(text: str, settings: Settings, original: str, local: Local) ->
 def one(settings: Settings, key: str, default: str) -> str:
     values = settings.get(key)
     return values[0] if values else default
+
+
+def endpoint(settings: Settings, name: str) -> tuple[str, int, str]:
+    """(HostName, Port, User): where host `name` is, and who logs in there."""
+    hostname, port = one(settings, "hostname", name), int(one(settings, "port", "22"))
+    return hostname, port, one(settings, "user", "") or getpass.getuser()
+
+
+def through_proxy(settings: Settings) -> bool:
+    """Whether a connection goes through a ProxyCommand or ProxyJump (OpenSSH's "none" is
+    neither), not straight to the host."""
+    return any(one(settings, key, "none") != "none" for key in ("proxycommand", "proxyjump"))
+
+
+def connect_timeout_s(settings: Settings, given_s: float | None) -> float:
+    """The flag's timeout, else ConnectTimeout (OpenSSH's 0 or none: dtrain's default)."""
+    if given_s is not None:
+        return given_s
+    raw = one(settings, "connecttimeout", "none")
+    return float(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_CONNECT_TIMEOUT_S
 
 
 # What dtrain cannot do, by setting: (is it set so that it matters, why, what to do).
@@ -221,6 +242,10 @@ class Resolving:
         if self._answers is not None:
             self._answers.put(name, user, port, text)
         return parse_ssh_g(text)
+
+    def each(self) -> list[tuple[HostKey, Future[dict[str, tuple[str, ...]]]]]:
+        """Each host with its answer to come: for what can start before every host has one."""
+        return list(zip(self.hosts, self._futures, strict=True))
 
     def result(self) -> list[dict[str, tuple[str, ...]]]:
         wait(self._futures)

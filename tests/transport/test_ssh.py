@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from dtrain.agents.group import AgentGroup
 from dtrain.errors import ExitCode, UsageError
 from dtrain.plan.hosts import Host, local_host
-from dtrain.transport.options import SshOptions
+from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.ssh import (
-    DEFAULT_CONNECT_TIMEOUT_S,
     SshTarget,
     SshTransport,
     jump_chain,
