@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -31,6 +34,13 @@ def program(name: str) -> str:
 # environment), so the leftover check never touches another run's processes on this machine.
 SESSION_VAR = "DTRAIN_TEST_SESSION"
 SESSION = os.environ.setdefault(SESSION_VAR, f"{os.getpid()}-{time.time_ns()}")
+
+# What the launches here keep between runs (`ssh -G` answers, compiled records: `usercache`)
+# goes to a cache folder of this test run's own, removed when it ends: every cluster's ssh
+# config is new, so its answers would otherwise pile up in the user's ~/.cache/dtrain.
+CACHE_HOME = tempfile.mkdtemp(prefix="dtrain-test-cache-")
+os.environ["XDG_CACHE_HOME"] = CACHE_HOME
+atexit.register(shutil.rmtree, CACHE_HOME, True)
 
 
 def tagged_pids() -> set[int]:
