@@ -116,11 +116,13 @@ def calibrate(records: Sequence[Mapping[str, Any]], bashrc: str) -> dict[str, An
         return None
 
     def points(launcher: str, key: str) -> list[tuple[list[float], float]]:
-        return [
-            ([float(r["hosts"]), float(r["tasks"])], float(r[key]))
-            for r in trivial
-            if r["launcher"] == launcher and r.get(key) is not None
-        ]
+        """One point per size, its median: sizes run more often weigh no more in the fit."""
+        by_size: dict[tuple[float, float], list[float]] = {}
+        for r in trivial:
+            if r["launcher"] == launcher and r.get(key) is not None:
+                size = (float(r["hosts"]), float(r["tasks"]))
+                by_size.setdefault(size, []).append(float(r[key]))
+        return [([h, t], statistics.median(v)) for (h, t), v in sorted(by_size.items())]
 
     cpu_fits = {name: fit(points(name, "cpu_s")) for name in ("dtrain", "pdsh", "ssh", "tracker")}
     _, host_cpu, task_cpu = cpu_fits["dtrain"]

@@ -59,6 +59,14 @@ def med(records: Iterable[Record], key: str) -> float | None:
 # ---- formatting ------------------------------------------------------------------------------
 
 
+def small_reps_text(settings: Mapping[str, Any]) -> str:
+    """How many more runs the trivial job had at the small host counts, if it had more."""
+    small, at = settings.get("small_reps"), settings.get("small_hosts")
+    if not small or not at or small <= (settings.get("reps") or 0):
+        return ""
+    return f" ({small} at {'1 and 2' if at == 2 else f'up to {at}'} hosts)"
+
+
 def secs(value: float | None) -> str:
     if value is None:
         return "–"
@@ -179,8 +187,9 @@ class Report:
             + ". Every launcher started the same tiny task on the same namespaced sshd hosts "
             "(tests/cluster/netcluster.py), in the same run, interleaved: the launcher order "
             "rotates with every repetition. Times are medians of "
-            f"{s.get('reps', '?')} repetitions (teardown {s.get('teardown_reps', '?')}, log "
-            f"{s.get('log_reps', '?')}); a figure in parentheses is its ratio to pdsh from "
+            f"{s.get('reps', '?')} repetitions{small_reps_text(s)} (teardown "
+            f"{s.get('teardown_reps', '?')}, log {s.get('log_reps', '?')}, doctor "
+            f"{s.get('doctor_reps', '?')}); a figure in parentheses is its ratio to pdsh from "
             "the same run (to raw `ssh host cmd >file` for log throughput).",
             "",
             f"**Machine:** {m.get('cpu', '?')}, {cores} cores, {m.get('memory_gb', '?')} GB, "
@@ -824,7 +833,9 @@ class Report:
                 "to a request, click's parsing 3-4 ms of it; `ssh -G` costs nothing after a "
                 "config's first run, its "
                 "answers are kept: `dtrain/transport/sshcache.py`) and its task runs 38-48 ms "
-                "later than the floor's does after the connect: the agent's boot on the host, "
+                "later than the floor's does after the connect (measured before either "
+                "dialled its hosts while paramiko imports, which takes the 10-14 ms wait for "
+                "sshd's banner off that part): the agent's boot on the host, "
                 "~20 ms from its start to its first answer (33 ms before it did without the "
                 f"standard modules named next: {self.agent_cost()}); five round trips after "
                 "the hello, 1-2.5 ms each with `--debug` (the preflight's listen, unlisten and "
@@ -1927,9 +1938,9 @@ class Report:
             '`ssh` is an `exec ssh -F CONFIG "$@"` wrapper first in PATH. It places servers '
             "then workers round robin (K per host) and runs a scheduler here, which waits for "
             "the remote tasks to finish, as ps-lite's does.",
-            "- Repetitions: trivial job "
-            f"{s.get('reps')}, teardown {s.get('teardown_reps')} (peers once per host count: "
-            f"they never stop anything), log {s.get('log_reps')}, signals once for every "
+            f"- Repetitions: trivial job {s.get('reps')}{small_reps_text(s)}, teardown "
+            f"{s.get('teardown_reps')} (peers once per host count: they never stop anything), "
+            f"doctor {s.get('doctor_reps')}, log {s.get('log_reps')}, signals once for every "
             "launcher together at the headline size plus "
             f"{s.get('signal_reps')} for dtrain alone at every size.",
             "- Every run ends with a verified clean slate: leftover tasks found by tag and "
