@@ -60,11 +60,9 @@ def addresses_ahead(
     return [(hostname, port) for hostname, port, _ in endpoints]
 
 
-def _close_unused(dialled: Future[socket.socket | None]) -> None:
+def _close_unused(dialled: Future[socket.socket]) -> None:
     if dialled.exception() is None:
-        sock = dialled.result()
-        if sock is not None:
-            sock.close()
+        dialled.result().close()
 
 
 class Dialling:
@@ -87,7 +85,7 @@ class Dialling:
         self._closed = False
         self._decided = threading.Event()
         self._given_timeout_s = given_timeout_s
-        self._untaken: dict[tuple[str, int], list[Future[socket.socket | None]]] = {}
+        self._untaken: dict[tuple[str, int], list[Future[socket.socket]]] = {}
         self.taken = 0  # connections the transport took (for --debug and the tests)
         threading.Thread(
             target=self._decide, args=(answers, to_dial), name="dtrain-dial", daemon=True
@@ -107,7 +105,7 @@ class Dialling:
                 if self._closed:
                     return
                 for address, host_settings in chosen[:MAX_PARALLEL_CONNECTS]:
-                    dialled: Future[socket.socket | None] = Future()
+                    dialled: Future[socket.socket] = Future()
                     self._untaken.setdefault(address, []).append(dialled)
                     timeout_s = sshconfig.connect_timeout_s(host_settings, self._given_timeout_s)
                     threading.Thread(
@@ -120,16 +118,13 @@ class Dialling:
             self._decided.set()
 
     @staticmethod
-    def _dial(
-        address: tuple[str, int], timeout_s: float, dialled: Future[socket.socket | None]
-    ) -> None:
-        dialled.set_running_or_notify_cancel()
+    def _dial(address: tuple[str, int], timeout_s: float, dialled: Future[socket.socket]) -> None:
         try:
             dialled.set_result(dial(*address, timeout_s))
         except BaseException as exc:  # the transport raises it as its own dial's
             dialled.set_exception(exc)
 
-    def take(self, hostname: str, port: int) -> Future[socket.socket | None] | None:
+    def take(self, hostname: str, port: int) -> Future[socket.socket] | None:
         """The connection dialled ahead to (hostname, port), once; None if there is none."""
         self._decided.wait(DECISION_WAIT_S)
         with self._lock:

@@ -732,8 +732,9 @@ class SshTransport:
                 timeout=target.connect_timeout_s,
             )
         dialled = self._dialling.take(target.hostname, target.port) if self._dialling else None
-        sock = dialled.result() if dialled is not None else None  # or its dial's own error
-        return sock or dial(target.hostname, target.port, target.connect_timeout_s)
+        if dialled is not None:
+            return dialled.result()  # or the very error its dial raised
+        return dial(target.hostname, target.port, target.connect_timeout_s)
 
     def _jump_client(self, spec: str) -> paramiko.SSHClient:
         """The one connection to a ProxyJump host, opened by the first host that needs it.
