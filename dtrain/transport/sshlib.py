@@ -1,5 +1,5 @@
 """paramiko as dtrain uses it: without `invoke` until a `Match exec` needs it, without
-`importlib.metadata`; a cheaper buffer.
+`importlib.metadata`; a cheaper buffer; its transport tuned (cipher, reads, ACKs).
 
 paramiko.config imports `invoke` (when installed) only to run `Match exec` commands; that import
 is ~45 ms of every launch's critical path before the first connection. Here paramiko is imported
@@ -13,8 +13,10 @@ Import paramiko from here.
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
 import os
+import socket
 import sys
 import threading
 import time
@@ -175,3 +177,64 @@ class ByteQueue(paramiko.buffered_pipe.BufferedPipe):  # type: ignore[type-arg]
     def __len__(self) -> int:
         with self._lock:
             return self._size
+
+
+class ReadAhead:
+    """The ssh socket as paramiko's packetizer reads it: one `recv` of up to 256 KB serves
+    many of its reads. The packetizer asks for each packet twice (its first block, then the
+    rest) and the socket's timeout makes every `recv` a poll and a read: 4 system calls,
+    each a trip through the GIL, per 32 KB packet of task output, for every host."""
+
+    SIZE = 256 << 10
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        self.offset = 0
+
+    def recv(self, size: int) -> bytes:
+        if self.offset >= len(self.buffer):
+            data = self.sock.recv(max(size, self.SIZE))  # a timeout or error: as paramiko expects
+            if len(data) <= size:
+                return data
+            self.buffer, self.offset = data, 0
+        end = self.offset + size
+        out = self.buffer[self.offset : end]
+        self.offset = end
+        return out
+
+    def send(self, data: bytes) -> int:
+        return self.sock.send(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class TunedTransport(paramiko.Transport):
+    """paramiko's transport with AES-GCM preferred: one AEAD pass instead of AES-CTR plus a
+    separate HMAC; measured here at 440 MB/s against 265 MB/s on one connection. Every other
+    cipher stays available for servers without GCM (OpenSSH < 6.2)."""
+
+    _preferred_ciphers = (
+        "aes128-gcm@openssh.com",
+        "aes256-gcm@openssh.com",
+        *(
+            c
+            for c in paramiko.Transport._preferred_ciphers  # type: ignore[attr-defined]
+            if "-gcm@" not in c
+        ),
+    )
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        if isinstance(self.sock, socket.socket):  # the packetizer reads through ReadAhead
+            self.packetizer._Packetizer__socket = ReadAhead(self.sock)  # type: ignore[attr-defined]
+
+    def _parse_global_request(self, m: paramiko.Message) -> None:
+        """ACK the server's global requests at once (OpenSSH sends `hostkeys-00` right after
+        auth, then holds its next reply, by Nagle, until that is ACKed: with Linux's delayed
+        ACK the first channel took 43 ms instead of 2)."""
+        super()._parse_global_request(m)  # type: ignore[misc]
+        if isinstance(self.sock, socket.socket) and hasattr(socket, "TCP_QUICKACK"):
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)

@@ -394,7 +394,7 @@ def test_read_ahead_hands_paramiko_the_stream_as_sent_whatever_it_asks_for(
     from that: every byte in order, never more than asked, and the socket's timeout as ever."""
     import socket
 
-    from dtrain.transport.ssh import ReadAhead
+    from dtrain.transport.sshlib import ReadAhead
 
     ours, theirs = socket.socketpair()
     with ours, theirs:
