@@ -1,4 +1,5 @@
-"""Where dtrain's launch time goes: a phase timeline and a sampled profile of one launch.
+"""Where dtrain's launch time goes: a phase timeline and a sampled profile of one launch, and
+the steps of launches at one host beside the Python floor's.
 
 Both wrap the ordinary `dtrain launch` of the trivial job at the headline size: the timeline
 runner (bench/timeline.py) stamps each launch step; py-spy samples every thread of the
@@ -16,19 +17,29 @@ from pathlib import Path
 from typing import Any
 
 from bench import scenarios
-from bench.launchers import REPO, Command
+from bench.launchers import FLOOR, REPO, Command
 
 TIMELINE = REPO / "bench" / "timeline.py"
 SAMPLE_RATE = 200
 TOP = 15
 
 
-def timeline(ctx: scenarios.Context, hosts: int, per_host: int) -> dict[str, Any]:
-    def wrap(command: Command, stamp: Path) -> Command:
-        out = stamp / "timeline.json"
-        return Command((sys.executable, str(TIMELINE), str(out), *command.argv[1:]), command.env)
+def timeline(
+    ctx: scenarios.Context, hosts: int, per_host: int, launcher: str = "dtrain", rep: int = 0
+) -> dict[str, Any]:
+    """One launch with each step stamped: dtrain through bench/timeline.py, the Python floor
+    by its own stamps (PYFLOOR_STAMPS), any other launcher as it is (its launch time only)."""
 
-    run = scenarios.Run(ctx, "dtrain", hosts, per_host, "trivial", 0, wrap=wrap)
+    def wrap(command: Command, stamp: Path) -> Command:
+        out = str(stamp / "timeline.json")
+        if launcher == FLOOR:
+            return Command(command.argv, {**command.env, "PYFLOOR_STAMPS": out})
+        return Command((sys.executable, str(TIMELINE), out, *command.argv[1:]), command.env)
+
+    stamped = launcher in ("dtrain", FLOOR)
+    run = scenarios.Run(
+        ctx, launcher, hosts, per_host, "trivial", rep, wrap=wrap if stamped else None
+    )
     try:
         run.start()
         run.measure_job(120.0)
@@ -40,6 +51,18 @@ def timeline(ctx: scenarios.Context, hosts: int, per_host: int) -> dict[str, Any
     finally:
         run.cleanup()
     return {**run.record, "scenario": "timeline"}
+
+
+def steps(ctx: scenarios.Context, hosts: int, per_host: int, reps: int) -> list[dict[str, Any]]:
+    """dtrain and the Python floor, each step stamped, and pdsh, interleaved (the order
+    rotates): where, step by step, dtrain falls behind the floor at a size where it and pdsh
+    are close. Each record's scenario is "steps"."""
+    order = ["dtrain", FLOOR, "pdsh"]
+    records = []
+    for rep in range(reps):
+        for launcher in order[rep % 3 :] + order[: rep % 3]:
+            records.append({**timeline(ctx, hosts, per_host, launcher, rep), "scenario": "steps"})
+    return records
 
 
 def sampled(

@@ -2,8 +2,9 @@
 
     python bench/pyfloor.py CONFIG HOST[,HOST...] COMMAND
 
-One paramiko connection per host, tuned as dtrain tunes its own (`_Transport`: AES-GCM, one
-read for many packets, the post-auth ACK sent at once; the host name looked up as bytes; each
+One paramiko connection per host, tuned as dtrain tunes its own (`TunedTransport`, from
+dtrain's paramiko module alone, without the rest of dtrain: AES-GCM, one read for many packets,
+the post-auth ACK sent at once; the host name looked up as bytes; each
 host's TCP connection opened before paramiko is imported, its HostName and Port read from the
 config's first matching `Host` block, which is all the benchmark's configs need), one
 exec channel on each running COMMAND (the benchmark gives it what pdsh runs on a host: the
@@ -14,24 +15,36 @@ benchmark runs it beside dtrain and pdsh on the trivial job only, so the page ca
 dtrain's distance from pdsh into what any Python launcher pays and what dtrain adds. Host keys
 are checked against the config's known_hosts; a host that does not match, or cannot be reached,
 fails the run (exit 255), never prompts.
+
+With PYFLOOR_STAMPS set to a file name, it writes there, at its end, when each step started
+and ended, as bench/timeline.py does for dtrain, so the two can be laid side by side.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import os
-import socket
-import sys
-import threading
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
+import time
 
-from dtrain.transport.machine import lookup_name  # socket only: no paramiko, no dataclasses
+T0 = time.time()
+
+import fnmatch  # noqa: E402 - T0 must be taken first
+import os  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from concurrent.futures import Future  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+from dtrain.transport.machine import lookup_name  # noqa: E402 - socket only: no paramiko
 
 if TYPE_CHECKING:
     from dtrain.transport.sshlib import paramiko
 
 TIMEOUT_S = 10.0
+STAMPS: list[dict[str, object]] = []  # each step: its name, start and end (s since T0)
+
+
+def stamp(phase: str, start: float) -> None:
+    STAMPS.append({"phase": phase, "start_s": start - T0, "end_s": time.time() - T0})
 
 
 def address(config_path: str, host: str) -> tuple[str, int]:
@@ -56,9 +69,11 @@ def dial_ahead(hostname: str, port: int) -> Future[socket.socket]:
 
     def run() -> None:
         try:
+            start = time.time()
             address = (lookup_name(hostname), port)  # as dtrain: no idna codec
             sock = socket.create_connection(address, timeout=TIMEOUT_S)  # type: ignore[arg-type]
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stamp("TCP connect, dialled ahead (each host)", start)
             dialled.set_result(sock)
         except Exception as exc:
             dialled.set_exception(exc)
@@ -71,12 +86,12 @@ def run_host(
     settings: paramiko.SSHConfigDict, sock: socket.socket, command: str, codes: list[int]
 ) -> None:
     """Check the host key, authenticate, run `command`, wait for it."""
-    from dtrain.transport.ssh import _Transport
-    from dtrain.transport.sshlib import paramiko
+    from dtrain.transport.sshlib import TunedTransport, paramiko
 
+    start = time.time()
     hostname, port = settings["hostname"], int(settings.get("port", 22))
     known = paramiko.HostKeys(os.path.expanduser(settings["userknownhostsfile"].split()[0]))
-    transport = _Transport(sock)
+    transport = TunedTransport(sock)
     try:
         transport.start_client(timeout=TIMEOUT_S)
         name = hostname if port == 22 else f"[{hostname}]:{port}"
@@ -86,6 +101,7 @@ def run_host(
         transport.auth_publickey(settings.get("user") or "root", key)
         channel = transport.open_session(timeout=TIMEOUT_S)
         channel.exec_command(command)
+        stamp("ssh handshake, auth and exec (each host)", start)
         codes.append(channel.recv_exit_status())
     finally:
         transport.close()
@@ -95,7 +111,10 @@ def main(argv: list[str]) -> int:
     config_path, hosts, command = argv
     names = hosts.split(",")
     dialled = {host: dial_ahead(*address(config_path, host)) for host in names}
+    start = time.time()
     from dtrain.transport.sshlib import paramiko  # while the connections open
+
+    stamp("import paramiko (dtrain.transport.sshlib)", start)
 
     config = paramiko.SSHConfig.from_path(config_path)
     codes: list[int] = []
@@ -114,6 +133,11 @@ def main(argv: list[str]) -> int:
         thread.join()
     for line in failed:
         print(line, file=sys.stderr)
+    if out := os.environ.get("PYFLOOR_STAMPS"):
+        import json  # only here: the floor's ordinary runs do not load it
+
+        with open(out, "w") as stamps:
+            json.dump({"t0": T0, "events": STAMPS}, stamps)
     return 255 if failed else max(codes, default=0)
 
 

@@ -68,6 +68,7 @@ class Settings:
     local_reps: int = 10
     doctor_reps: int = 6
     profile: bool = True
+    step_reps: int = 8  # launches of each at 1x1, every step stamped: dtrain, floor, pdsh
     bashrc_modes: tuple[str, ...] = BASHRC_MODES
     scale_hosts: tuple[int, ...] = (8, 16, 32, 48)  # x the largest per_host, against the peers
     scale_reps: int = 2
@@ -219,6 +220,8 @@ def phase_launch_more(ctx: scenarios.Context, settings: Settings, results: Resul
         hosts, per_host = settings.headline
         results.add(profile.timeline(ctx, hosts, per_host))
         results.add(profile.sampled(ctx, hosts, per_host))
+        for record in profile.steps(ctx, 1, 1, settings.step_reps):
+            results.add(record)
 
 
 def trivial_jobs(
