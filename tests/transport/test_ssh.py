@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dtrain.agents.group import AgentGroup
 from dtrain.errors import ExitCode, UsageError
@@ -380,40 +378,3 @@ def test_strict_host_key_checking_reads_the_same_with_or_without_openssh(
     text = f"Host n1\n  HostName 198.18.0.11\n  StrictHostKeyChecking {value}\n"
     target = transport_for(tmp_path, text, use_openssh=use_openssh).target(Host(name="n1"))
     assert target.strict_host_keys == word
-
-
-@given(
-    pieces=st.lists(st.binary(min_size=1, max_size=3000), max_size=40),
-    reads=st.lists(st.integers(min_value=1, max_value=5000), max_size=60),
-)
-@settings(max_examples=50, deadline=None)
-def test_read_ahead_hands_paramiko_the_stream_as_sent_whatever_it_asks_for(
-    pieces: list[bytes], reads: list[int]
-) -> None:
-    """ReadAhead takes up to 256 KB per recv from the socket and serves the packetizer's reads
-    from that: every byte in order, never more than asked, and the socket's timeout as ever."""
-    import socket
-
-    from dtrain.transport.sshlib import ReadAhead
-
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        ours.settimeout(0.05)
-        reader = ReadAhead(ours)
-        reader.SIZE = 1000  # small, so reads cross its refills
-        sent = b"".join(pieces)
-        theirs.sendall(sent)
-        got = b""
-        for size in reads:
-            if len(got) == len(sent):
-                break
-            part = reader.recv(size)
-            assert 0 < len(part) <= size
-            got += part
-        while len(got) < len(sent):
-            got += reader.recv(4096)
-        assert got == sent
-        with pytest.raises(TimeoutError):  # socket.timeout: paramiko retries on it
-            reader.recv(10)
-        theirs.close()
-        assert reader.recv(10) == b""  # end of stream
