@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rep in range(args.reps):
             for hosts in args.hosts:
                 for per_host in args.per_host:
-                    for name in run.rotated(names, rep):
+                    for name in scenarios.rotated(names, rep):
                         mb = args.log_mb / per_host if args.scenario == "log" else 0.0
                         record = scenarios.job(ctx, name, hosts, per_host, args.scenario, rep,
                                                megabytes=mb)  # fmt: skip

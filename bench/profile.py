@@ -60,7 +60,7 @@ def steps(ctx: scenarios.Context, hosts: int, per_host: int, reps: int) -> list[
     order = ["dtrain", FLOOR, "pdsh"]
     records = []
     for rep in range(reps):
-        for launcher in order[rep % 3 :] + order[: rep % 3]:
+        for launcher in scenarios.rotated(order, rep):
             records.append({**timeline(ctx, hosts, per_host, launcher, rep), "scenario": "steps"})
     return records
 

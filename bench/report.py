@@ -1274,10 +1274,11 @@ class Report:
         return out
 
     def steps_table(self) -> list[str]:
-        modes = [m for m in self.modes if self.steps(m)]
-        if not modes:
+        found = {m: steps for m in self.modes if (steps := self.steps(m)) is not None}
+        if not found:
             return []
-        reps = len(select(self.records, scenario="steps", bashrc=modes[0], launcher="dtrain"))
+        first = next(iter(found))
+        reps = len(select(self.records, scenario="steps", bashrc=first, launcher="dtrain"))
         out = [
             "### One host, step by step: dtrain against the Python floor",
             "",
@@ -1289,9 +1290,7 @@ class Report:
             "of the rows above.",
             "",
         ]
-        for mode in modes:
-            steps = self.steps(mode)
-            assert steps is not None
+        for mode, steps in found.items():
             d, f, p = steps["dtrain"], steps[FLOOR], steps["pdsh"]
             names = [FIRST_STATEMENT, *(row[0] for row in STEP_ROWS), LAST_TASK]
             rows = [

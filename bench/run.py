@@ -191,12 +191,6 @@ def cluster_session(
         time.sleep(LOCK_BREATHER_S)
 
 
-def rotated(items: Sequence[str], by: int) -> list[str]:
-    """The launcher order for repetition `by`: nobody always goes first."""
-    shift = by % len(items)
-    return [*items[shift:], *items[:shift]]
-
-
 # ---- the phases -----------------------------------------------------------------------------
 
 
@@ -213,7 +207,7 @@ def phase_launch_more(ctx: scenarios.Context, settings: Settings, results: Resul
     trivial_jobs(ctx, settings, results, first_half=False)
     hosts, per_host = settings.headline
     for rep in range(settings.reps):  # a candidate fix, measured beside what it would change
-        for launcher in rotated(["dtrain", "dtrain-pathpy", "pdsh"], rep):
+        for launcher in scenarios.rotated(["dtrain", "dtrain-pathpy", "pdsh"], rep):
             record = scenarios.job(ctx, launcher, hosts, per_host, "trivial", rep)
             results.add({**record, "scenario": "variant"})
     if settings.profile:
@@ -235,7 +229,9 @@ def trivial_jobs(
             count = settings.reps_at(hosts)
             if rep >= count or (rep < (count + 1) // 2) != first_half:
                 continue
-            for launcher in rotated([*LAUNCHERS, launchers.FLOOR], rep + hosts + per_host):
+            for launcher in scenarios.rotated(
+                [*LAUNCHERS, launchers.FLOOR], rep + hosts + per_host
+            ):
                 results.add(scenarios.job(ctx, launcher, hosts, per_host, "trivial", rep))
 
 
@@ -287,7 +283,7 @@ def phase_log(ctx: scenarios.Context, settings: Settings, results: Results) -> N
             megabytes = settings.log_mb_per_host / per_host
             # the same hosts, two launchers at once
             split = (launchers.SPLIT,) if hosts >= 2 else ()
-            for launcher in rotated([*LAUNCHERS, *split], rep + hosts):
+            for launcher in scenarios.rotated([*LAUNCHERS, *split], rep + hosts):
                 if launcher == launchers.SPLIT:
                     record = scenarios.split_log(ctx, 2, hosts, per_host, rep, megabytes)
                 else:
@@ -310,7 +306,7 @@ def phase_scale(ctx: scenarios.Context, settings: Settings, results: Results) ->
     per_host = max(settings.per_host)
     for rep in range(settings.scale_reps):
         for hosts in settings.scale_hosts:
-            for launcher in rotated(SCALE_LAUNCHERS, rep + hosts):
+            for launcher in scenarios.rotated(SCALE_LAUNCHERS, rep + hosts):
                 record = scenarios.job(ctx, launcher, hosts, per_host, "trivial", rep)
                 results.add({**record, "group": "scale"})
     for hosts in settings.scale_hosts:
@@ -435,7 +431,7 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
     )
     inputs = {launchers.AGENT: bootstrap.agent_payload()}
     for rep in range(settings.local_reps):
-        for name in rotated(list(commands), rep):
+        for name in scenarios.rotated(list(commands), rep):
             wall, cpu, rss, code = timed_process(commands[name], folder, inputs.get(name))
             results.add(
                 {

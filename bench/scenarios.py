@@ -47,6 +47,12 @@ MODES = {
 POLL_S = 0.01
 
 
+def rotated(items: Sequence[str], by: int) -> list[str]:
+    """The launcher order for repetition `by`: nobody always goes first."""
+    shift = by % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
 class HostCluster(Protocol):
     """The part of tests.cluster.netcluster.Cluster the runs need."""
 
