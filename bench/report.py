@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import model
+from bench import model, stats
 from bench.launchers import AGENT, AGENT_C_ONLY, FLOOR, LABELS, SPLIT
 
 Record = Mapping[str, Any]
@@ -547,11 +547,106 @@ class Report:
                         f"launch ≤ pdsh at every size ({mode})",
                         "≤ ×1.00",
                         f"×{min(ratios)[0]:.2f} to ×{worst:.2f} (highest: {where}); "
-                        f"met at {len(met)} of {len(ratios)} sizes{floor}",
+                        f"met at {len(met)} of {len(ratios)} sizes{floor}"
+                        + self.sides_text(mode, [w for r, w in ratios if r > 1.0]),
                         worst <= 1.0,
                     )
                 )
         return rows
+
+    def run_by_run(self, mode: str, hosts: int, per_host: int) -> list[float]:
+        """dtrain's launch over pdsh's, repetition by repetition, at one size: the trivial jobs'
+        and the scale runs', each paired within its own runs (both number theirs from 0)."""
+        ratios = []
+        for found in (self.trivial(), select(self.scale_records, scenario="trivial")):
+            at = [
+                r for r in found
+                if r.get("ok") and r["bashrc"] == mode
+                and (r["hosts"], r["per_host"]) == (hosts, per_host)
+            ]  # fmt: skip
+            ratios += stats.paired_ratios(at, "dtrain", "pdsh", "launch_s")
+        return ratios
+
+    def sides(self, mode: str) -> dict[str, list[str]]:
+        """Each size of this run by the side of 1.00 its run-by-run interval puts dtrain ÷ pdsh
+        on (`stats.verdict`): below, above, either (this run cannot tell) or unknown."""
+        found: dict[str, list[str]] = {}
+        everything = [*self.trivial(), *select(self.scale_records, scenario="trivial")]
+        sizes = {(r["hosts"], r["per_host"]) for r in everything if r["bashrc"] == mode}
+        for hosts, per_host in sorted(sizes):
+            ratios = self.run_by_run(mode, hosts, per_host)
+            if ratios:
+                side = stats.verdict(stats.median_interval(ratios))
+                found.setdefault(side, []).append(f"{hosts}×{per_host}")
+        return found
+
+    def sides_text(self, mode: str, unmet: Sequence[str]) -> str:
+        """What the run-by-run intervals say of the sizes the medians miss."""
+        if not unmet:
+            return ""
+        sides = self.sides(mode)
+        told = {size: side for side, sizes in sides.items() for size in sizes}
+        slower = [size for size in unmet if told.get(size) == "above"]
+        either = [size for size in unmet if told.get(size) == "either"]
+        few = [size for size in unmet if told.get(size, "unknown") == "unknown"]
+        parts = []
+        if either:
+            parts.append(
+                f"at {', '.join(either)} the {stats.CONFIDENCE:.0%} interval of dtrain ÷ pdsh "
+                "run by run spans ×1.00: this run cannot tell them apart there"
+            )
+        if few:
+            parts.append(f"too few runs for that interval at {', '.join(few)}")
+        parts.append(
+            f"slower beyond that interval at {', '.join(slower)}" if slower
+            else "slower beyond that interval at none"
+        )  # fmt: skip
+        return "; " + "; ".join(parts)
+
+    def run_by_run_table(self) -> list[str]:
+        """dtrain ÷ pdsh at every size, repetition by repetition, with its interval."""
+        told = {
+            "below": "dtrain faster",
+            "above": "dtrain slower",
+            "either": "cannot tell",
+            "unknown": "too few runs",
+        }
+        everything = [*self.trivial(), *select(self.scale_records, scenario="trivial")]
+        sizes = sorted({(r["hosts"], r["per_host"]) for r in everything}, key=lambda s: s[::-1])
+        rows = []
+        for hosts, per_host in sizes:
+            row = [f"{hosts}×{per_host}"]
+            for mode in self.modes:
+                ratios = self.run_by_run(mode, hosts, per_host)
+                interval = stats.median_interval(ratios)
+                if not ratios:
+                    row += ["–", "–"]
+                    continue
+                spread = f" (×{interval[0]:.2f}–×{interval[1]:.2f})" if interval else ""
+                row += [
+                    f"×{statistics.median(ratios):.2f}{spread}, {len(ratios)} runs",
+                    told[stats.verdict(interval)],
+                ]
+            rows.append(row)
+        if not rows:
+            return []
+        header = ["hosts×tasks"]
+        for mode in self.modes:
+            header += [f"{mode}: median ({stats.CONFIDENCE:.0%} interval)", f"{mode}: this run"]
+        return [
+            "### dtrain ÷ pdsh, run by run",
+            "",
+            "Each repetition runs dtrain and pdsh one after the other (the order rotating), so "
+            "their ratio within a repetition carries less of the machine's drift than a ratio "
+            "of two medians does. The median of those ratios, and the interval that holds the "
+            f"median with {stats.CONFIDENCE:.0%} confidence by the sign test (between two of "
+            "the ratios, nothing assumed of their spread; it needs 6 runs or more, "
+            "`bench/stats.py`): where the interval spans ×1.00, this run cannot tell dtrain "
+            "from pdsh at that size, and the goal's verdict there is the spread's, not "
+            "dtrain's.",
+            "",
+            *table(header, rows),
+        ]
 
     def doctor_goal(self) -> list[list[str]]:
         rows = []
@@ -954,8 +1049,28 @@ class Report:
             "the Python interpreter and the imports a launch needs (click, planning, paramiko) "
             "come before the first connection, where pdsh, in C, is already connecting (at the "
             "end, dtrain leaves without the interpreter's teardown, which took 40-65 ms: "
-            f"`run` in `dtrain/cli.py`). {verdict}"
+            f"`run` in `dtrain/cli.py`). {verdict}{self.told_apart_text(mode, h, k)}"
         ]
+
+    def told_apart_text(self, mode: str, hosts: int, per_host: int) -> str:
+        """Whether this run can tell dtrain from pdsh at this size, run by run."""
+        ratios = self.run_by_run(mode, hosts, per_host)
+        interval = stats.median_interval(ratios)
+        if interval is None:
+            return ""
+        low, high = interval
+        side = stats.verdict(interval)
+        what = {
+            "below": "dtrain is faster there beyond the runs' spread",
+            "above": "dtrain is slower there beyond the runs' spread",
+            "either": "this run cannot tell dtrain from pdsh there",
+        }[side]
+        return (
+            f" Run by run ({len(ratios)} repetitions, each with both launchers), dtrain ÷ pdsh "
+            f"at {hosts}×{per_host} is ×{statistics.median(ratios):.2f}, its "
+            f"{stats.CONFIDENCE:.0%} interval ×{low:.2f} to ×{high:.2f}: {what} (section 1, "
+            "*dtrain ÷ pdsh, run by run*)."
+        )
 
     def agent_cost(self) -> str:
         """What the agent's start costs in CPU, measured in this run against a bare
@@ -1358,6 +1473,7 @@ class Report:
             out += [f"### {MODE_TEXT[mode]}", ""]
             header = ["hosts×tasks", *(LABELS[x] for x in ORDER), "dtrain ÷ ssh per task"]
             out += table(header, self.by_config(mode, "launch_s"))
+        out += self.run_by_run_table()
         out += self.floor_table()
         out += self.steps_table()
         rows = []

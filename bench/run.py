@@ -50,11 +50,12 @@ class Settings:
     host_counts: tuple[int, ...] = (1, 2, 4, 8)
     per_host: tuple[int, ...] = (1, 4)
     reps: int = 4
-    # at 1 and 2 hosts dtrain and pdsh are within a few percent, where 4 runs' median moves
-    # by more than that from run to run (x1.01 to x1.14 at 1x1 in three runs): more runs
-    # there, where each costs a fraction of a second
-    small_reps: int = 12
-    small_hosts: int = 2
+    # up to 4 hosts dtrain and pdsh are within a few percent, where 4 runs' median moves by
+    # more than that from run to run (x1.01 to x1.14 at 1x1 in three runs; x0.85 and x1.03 at
+    # 4x1): more runs there, where each costs a fraction of a second, enough for the run-by-run
+    # ratio's 95% interval (bench/stats.py: 16 runs put it between the 4th and the 13th)
+    small_reps: int = 16
+    small_hosts: int = 4
     teardown_reps: int = 3
     log_reps: int = 3
     log_mb_per_host: float = 40.0  # split over the host's tasks: 40 MB, or 4 x 10 MB
