@@ -624,7 +624,8 @@ class Report:
                     continue
                 spread = f" (×{interval[0]:.2f}–×{interval[1]:.2f})" if interval else ""
                 row += [
-                    f"×{statistics.median(ratios):.2f}{spread}, {len(ratios)} runs",
+                    f"×{statistics.median(ratios):.2f}{spread}, {len(ratios)} "
+                    + ("run" if len(ratios) == 1 else "runs"),
                     told[stats.verdict(interval)],
                 ]
             rows.append(row)
