@@ -536,10 +536,10 @@ class Report:
                 d = med(select(at, launcher="dtrain"), "launch_s")
                 p = med(select(at, launcher="pdsh"), "launch_s")
                 if d and p:
-                    ratios.append((d / p, f"{hosts}×{per_host}"))
+                    ratios.append((d / p, f"{hosts}×{per_host}", (hosts, per_host)))
             if len(ratios) > 1:
-                worst, where = max(ratios)
-                met = [w for r, w in ratios if r <= 1.0]
+                worst, where, _ = max(ratios)
+                met = [w for r, w, _ in ratios if r <= 1.0]
                 floors = [f / p for _, _, p, f, _ in self.floor_rows(mode)]
                 floor = f"; Python floor ×{min(floors):.2f} to ×{max(floors):.2f}" if floors else ""
                 rows.append(
@@ -548,7 +548,7 @@ class Report:
                         "≤ ×1.00",
                         f"×{min(ratios)[0]:.2f} to ×{worst:.2f} (highest: {where}); "
                         f"met at {len(met)} of {len(ratios)} sizes{floor}"
-                        + self.sides_text(mode, [w for r, w in ratios if r > 1.0]),
+                        + self.sides_text(mode, [size for r, _, size in ratios if r > 1.0]),
                         worst <= 1.0,
                     )
                 )
@@ -567,40 +567,24 @@ class Report:
             ratios += stats.paired_ratios(at, "dtrain", "pdsh", "launch_s")
         return ratios
 
-    def sides(self, mode: str) -> dict[str, list[str]]:
-        """Each size of this run by the side of 1.00 its run-by-run interval puts dtrain ÷ pdsh
-        on (`stats.verdict`): below, above, either (this run cannot tell) or unknown."""
-        found: dict[str, list[str]] = {}
-        everything = [*self.trivial(), *select(self.scale_records, scenario="trivial")]
-        sizes = {(r["hosts"], r["per_host"]) for r in everything if r["bashrc"] == mode}
-        for hosts, per_host in sorted(sizes):
-            ratios = self.run_by_run(mode, hosts, per_host)
-            if ratios:
-                side = stats.verdict(stats.median_interval(ratios))
-                found.setdefault(side, []).append(f"{hosts}×{per_host}")
-        return found
-
-    def sides_text(self, mode: str, unmet: Sequence[str]) -> str:
+    def sides_text(self, mode: str, unmet: Sequence[tuple[int, int]]) -> str:
         """What the run-by-run intervals say of the sizes the medians miss."""
         if not unmet:
             return ""
-        sides = self.sides(mode)
-        told = {size: side for side, sizes in sides.items() for size in sizes}
-        slower = [size for size in unmet if told.get(size) == "above"]
-        either = [size for size in unmet if told.get(size) == "either"]
-        few = [size for size in unmet if told.get(size, "unknown") == "unknown"]
+        told: dict[str, list[str]] = {}
+        for hosts, per_host in unmet:
+            interval = stats.median_interval(self.run_by_run(mode, hosts, per_host))
+            told.setdefault(stats.verdict(interval), []).append(f"{hosts}×{per_host}")
         parts = []
-        if either:
+        if "either" in told:
             parts.append(
-                f"at {', '.join(either)} the {stats.CONFIDENCE:.0%} interval of dtrain ÷ pdsh "
-                "run by run spans ×1.00: this run cannot tell them apart there"
+                f"at {', '.join(told['either'])} the {stats.CONFIDENCE:.0%} interval of "
+                "dtrain ÷ pdsh run by run spans ×1.00: this run cannot tell them apart there"
             )
-        if few:
-            parts.append(f"too few runs for that interval at {', '.join(few)}")
-        parts.append(
-            f"slower beyond that interval at {', '.join(slower)}" if slower
-            else "slower beyond that interval at none"
-        )  # fmt: skip
+        if "unknown" in told:
+            parts.append(f"too few runs for that interval at {', '.join(told['unknown'])}")
+        slower = ", ".join(told.get("above", [])) or "none of them"
+        parts.append(f"dtrain slower beyond that interval at {slower}")
         return "; " + "; ".join(parts)
 
     def run_by_run_table(self) -> list[str]:
