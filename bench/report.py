@@ -121,6 +121,13 @@ def gap_ms(value: float | None, ref: float | None) -> str:
     return "–" if value is None or ref is None else f"{(value - ref) * 1000:+.0f} ms"
 
 
+def shown_interval(ratios: Sequence[float]) -> tuple[float, float] | None:
+    """The ratios' median interval as the doc prints it (two decimals), so that the verdict
+    read from it agrees with the figures beside it (0.996 is printed, and judged, as 1.00)."""
+    interval = stats.median_interval(ratios)
+    return None if interval is None else (round(interval[0], 2), round(interval[1], 2))
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -573,7 +580,7 @@ class Report:
             return ""
         told: dict[str, list[str]] = {}
         for hosts, per_host in unmet:
-            interval = stats.median_interval(self.run_by_run(mode, hosts, per_host))
+            interval = shown_interval(self.run_by_run(mode, hosts, per_host))
             told.setdefault(stats.verdict(interval), []).append(f"{hosts}×{per_host}")
         parts = []
         if "either" in told:
@@ -602,7 +609,7 @@ class Report:
             row = [f"{hosts}×{per_host}"]
             for mode in self.modes:
                 ratios = self.run_by_run(mode, hosts, per_host)
-                interval = stats.median_interval(ratios)
+                interval = shown_interval(ratios)
                 if not ratios:
                     row += ["–", "–"]
                     continue
@@ -948,18 +955,22 @@ class Report:
         )
 
     def small_job_analysis(self) -> list[str]:
-        """Where dtrain is behind pdsh at the smallest size: its fixed start-up cost (for the
-        bashrc blanked if it is behind there, else as-is)."""
-        h, k = min(self.host_counts, default=1), min(self.per_host, default=1)
+        """Where dtrain is behind pdsh at a size below the headline's host count: its fixed
+        start-up cost, at the smallest such size (the bashrc blanked first, then as-is)."""
+        small = sorted(
+            ((h, k) for k in self.per_host for h in self.host_counts if h < self.head[0]),
+            key=lambda size: (size[0] * size[1], size[0]),
+        )
         behind = [
-            m
+            (m, h, k)
+            for h, k in small
             for m in sorted(self.modes, key=lambda m: m != "blank")
             if (self.launch("dtrain", m, h, k, "launch_s") or 0)
             > (self.launch("pdsh", m, h, k, "launch_s") or float("inf"))
         ]
         if not behind:
             return []
-        mode = behind[0]
+        mode, h, k = behind[0]
         d = self.launch("dtrain", mode, h, k, "launch_s")
         p = self.launch("pdsh", mode, h, k, "launch_s")
         local = select(self.records, scenario="local-overhead")
@@ -1040,7 +1051,7 @@ class Report:
     def told_apart_text(self, mode: str, hosts: int, per_host: int) -> str:
         """Whether this run can tell dtrain from pdsh at this size, run by run."""
         ratios = self.run_by_run(mode, hosts, per_host)
-        interval = stats.median_interval(ratios)
+        interval = shown_interval(ratios)
         if interval is None:
             return ""
         low, high = interval
