@@ -916,9 +916,9 @@ class Report:
                 rest = max(0.0, here + hosts - serial_cpu)
                 floor = serial_s + rest / cores
                 how = (
-                    f"at least {secs(floor)} of wall: {secs(serial_s)} before its first "
-                    "connection, when no host can start (the launcher's interpreter, imports "
-                    f"and config), then {secs(rest)} of CPU on {cores} cores"
+                    f"at least {secs(floor)} of wall ({secs(serial_s)} of the launcher's "
+                    "interpreter, imports and config before its first connection, when no "
+                    f"host can start, then {secs(rest)} of CPU on {cores} cores)"
                 )
             else:
                 floor = (here + hosts) / cores
@@ -926,8 +926,8 @@ class Report:
             verdict = "above" if floor > 1.5 * one else "below"
             parts.append(
                 f"{mode}: at {most} hosts doctor cost {secs(hosts)} of CPU on the hosts and "
-                f"{secs(here)} in the launcher, {how}, {verdict} the ×1.5 budget of "
-                f"{secs(1.5 * one)}"
+                f"{secs(here)} in the launcher: {how}, {verdict} the ×1.5 budget of "
+                f"{secs(1.5 * one)} (1.5 × the 1-host doctor's {secs(one)})"
             )
         if not parts:
             return ""
