@@ -530,16 +530,12 @@ class Report:
     def every_size_goals(self) -> list[list[str]]:
         """Launch against pdsh at every size this run measured (the scale sizes too)."""
         rows = []
-        everything = [*self.trivial(), *select(self.scale_records, scenario="trivial")]
+        everything = self.every_size()
         for mode in self.modes:
             ratios = []
             sizes = {(r["hosts"], r["per_host"]) for r in everything if r["bashrc"] == mode}
             for hosts, per_host in sorted(sizes):
-                at = [
-                    r for r in everything
-                    if r.get("ok") and r["bashrc"] == mode
-                    and (r["hosts"], r["per_host"]) == (hosts, per_host)
-                ]  # fmt: skip
+                at = select(everything, bashrc=mode, hosts=hosts, per_host=per_host)
                 d = med(select(at, launcher="dtrain"), "launch_s")
                 p = med(select(at, launcher="pdsh"), "launch_s")
                 if d and p:
@@ -561,16 +557,19 @@ class Report:
                 )
         return rows
 
+    def every_size(self) -> list[Record]:
+        """The trivial jobs that ran, at the main sizes and at the scale sizes."""
+        return [*self.trivial(), *self.scale_trivial()]
+
+    def scale_trivial(self) -> list[Record]:
+        return [r for r in select(self.scale_records, scenario="trivial") if r.get("ok")]
+
     def run_by_run(self, mode: str, hosts: int, per_host: int) -> list[float]:
         """dtrain's launch over pdsh's, repetition by repetition, at one size: the trivial jobs'
         and the scale runs', each paired within its own runs (both number theirs from 0)."""
         ratios = []
-        for found in (self.trivial(), select(self.scale_records, scenario="trivial")):
-            at = [
-                r for r in found
-                if r.get("ok") and r["bashrc"] == mode
-                and (r["hosts"], r["per_host"]) == (hosts, per_host)
-            ]  # fmt: skip
+        for found in (self.trivial(), self.scale_trivial()):
+            at = select(found, bashrc=mode, hosts=hosts, per_host=per_host)
             ratios += stats.paired_ratios(at, "dtrain", "pdsh", "launch_s")
         return ratios
 
@@ -602,8 +601,9 @@ class Report:
             "either": "cannot tell",
             "unknown": "too few runs",
         }
-        everything = [*self.trivial(), *select(self.scale_records, scenario="trivial")]
-        sizes = sorted({(r["hosts"], r["per_host"]) for r in everything}, key=lambda s: s[::-1])
+        sizes = sorted(
+            {(r["hosts"], r["per_host"]) for r in self.every_size()}, key=lambda s: s[::-1]
+        )
         rows = []
         for hosts, per_host in sizes:
             row = [f"{hosts}×{per_host}"]
