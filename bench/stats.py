@@ -37,7 +37,7 @@ def median_interval(
         if below > tail:
             break
         k += 1
-    if k == 0 or k > n - k + 1:
+    if k == 0:
         return None
     return ordered[k - 1], ordered[n - k]
 
