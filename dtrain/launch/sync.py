@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dtrain.agents import ops
 from dtrain.agents.session import AgentSession, in_parallel
-from dtrain.errors import Problem, RemoteError
+from dtrain.errors import Problem, RemoteError, UsageError
 from dtrain.launch import DEFAULT_EXCLUDES
 
 CHUNK = 1 << 20
@@ -80,17 +80,29 @@ def build_manifest(root: Path, excludes: Sequence[str] = DEFAULT_EXCLUDES) -> Ma
     return Manifest(Path(root), tuple(dirs), tuple(files), tuple(links))
 
 
+class LocalFileError(Exception):
+    """A file of the tree could not be read here: this machine's problem, not a host's."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
+
+
 def _stream(root: Path, files: Sequence[tuple[str, int, int, int]]) -> Iterator[bytes]:
     """File contents, concatenated in order, exactly as many bytes as the manifest says."""
     for rel, size, _, _ in files:
         left = size
-        with open(root / rel, "rb") as handle:
-            while left > 0:
-                chunk = handle.read(min(CHUNK, left))
-                if not chunk:
-                    raise OSError(f"{root / rel} shrank while being copied")
-                left -= len(chunk)
-                yield chunk
+        try:
+            with open(root / rel, "rb") as handle:
+                while left > 0:
+                    chunk = handle.read(min(CHUNK, left))
+                    if not chunk:
+                        raise LocalFileError(root / rel, "it shrank while being copied")
+                    left -= len(chunk)
+                    yield chunk
+        except OSError as exc:
+            raise LocalFileError(root / rel, exc.strerror or str(exc)) from None
 
 
 def sync_host(session: AgentSession, manifest: Manifest, dst: str) -> HostSync:
@@ -116,11 +128,16 @@ def sync_all(sessions: Mapping[str, AgentSession], manifest: Manifest, dst: str)
     """Sync every host in parallel; any failure raises naming each failed host."""
     reports: dict[str, HostSync] = {}
     problems: list[Problem] = []
+    unread: list[LocalFileError] = []
     lock = threading.Lock()
 
     def one(session: AgentSession) -> None:
         try:
             report = sync_host(session, manifest, dst)
+        except LocalFileError as exc:
+            with lock:
+                unread.append(exc)
+            return
         except (RemoteError, OSError) as exc:
             what = exc.what if isinstance(exc, RemoteError) else str(exc)
             hint = exc.hint if isinstance(exc, RemoteError) else None
@@ -138,6 +155,13 @@ def sync_all(sessions: Mapping[str, AgentSession], manifest: Manifest, dst: str)
             reports[session.host.key] = report
 
     in_parallel(sessions.values(), one)
+    if unread:  # every host reads the same files: one line, about this machine
+        first = min(unread, key=lambda e: str(e.path))
+        raise UsageError(
+            f"--sync-dst-dir: cannot read {first.path} on this machine: {first.why}; "
+            "nothing was started",
+            hint="make it readable, or leave it out with --sync-exclude PATTERN",
+        )
     if problems:
         raise RemoteError(
             f"--sync-dst-dir failed on {len(problems)} host(s); nothing was started",

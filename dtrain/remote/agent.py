@@ -303,6 +303,7 @@ class Agent:
         self.signalled = None
         self.child_signalled = True
         self.data_handler = None
+        self.data_abort = None  # undoes what data_handler did, if its data never ends
         self.wake_r, self.wake_w = os.pipe()
         _set_nonblocking(self.wake_r)
         _set_nonblocking(self.wake_w)
@@ -559,6 +560,9 @@ class Agent:
         if self.gone is not None:
             return
         self.gone = reason
+        if self.data_abort is not None:  # a copy cut short: remove its half-written file
+            self.data_abort()
+            self.data_handler = self.data_abort = None
         self.stop_all(self.grace_s)
 
     # ---- requests --------------------------------------------------------------------------
@@ -665,8 +669,7 @@ class Agent:
         except (OSError, ValueError) as exc:
             self.reply(
                 {
-                    proto.ERROR: "cannot prepare %s: %s"
-                    % (request["dst"], getattr(exc, "strerror", None) or exc),
+                    proto.ERROR: "cannot prepare %s: %s" % (request["dst"], files.describe(exc)),
                     proto.HINT: "check that the user can write there, "
                     "or pick another --sync-dst-dir",
                 }
@@ -681,7 +684,8 @@ class Agent:
             if payload:
                 receiver.feed(payload)
                 return
-            self.data_handler = None
+            self.data_handler = self.data_abort = None
+            receiver.abort()  # a stream that ended early leaves no half-written file
             if receiver.error is not None:
                 self.reply(
                     {proto.ERROR: receiver.error, proto.HINT: "check free space and permissions"}
@@ -692,6 +696,7 @@ class Agent:
                 self.reply({"ok": True, proto.SYNC_WRITTEN: receiver.written})
 
         self.data_handler = on_data
+        self.data_abort = receiver.abort
 
     # ---- tasks -----------------------------------------------------------------------------
 

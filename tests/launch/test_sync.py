@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dtrain.agents.session import AgentSession
-from dtrain.errors import RemoteError
+from dtrain.errors import RemoteError, UsageError
 from dtrain.launch.sync import build_manifest, sync_all, sync_host
 from dtrain.plan.hosts import local_host
 from dtrain.transport.local import LocalLink
@@ -77,3 +77,38 @@ def test_an_unwritable_destination_names_the_host(tmp_path: Path, session: Agent
     text = str(caught.value)
     assert "--sync-dst-dir failed on 1 host(s); nothing was started" in text
     assert "here: sync to" in text and "Not a directory" in text
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.tmp"))
+
+
+def test_a_file_that_cannot_be_read_here_is_blamed_on_this_machine_and_leaves_no_tmp_file(
+    tmp_path: Path, session: AgentSession
+) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(3_000_000))
+    (src / "b.py").write_text("print('b')\n")
+    manifest = build_manifest(src)
+    (src / "b.py").unlink()  # gone after the manifest: a.bin is sent, then b.py cannot be read
+    with pytest.raises(UsageError) as caught:
+        sync_all({"here": session}, manifest, str(dst))
+    text = str(caught.value)
+    assert f"cannot read {src / 'b.py'} on this machine: No such file or directory" in text
+    assert "failed on 1 host(s)" not in text and "here: sync to" not in text
+    session.close()  # as the launch does after any error: the agent sees its stream end
+    assert (dst / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+    assert leftovers(dst) == []  # b.py's half-made file went with the agent
+
+
+def test_a_file_where_the_destination_should_be_is_refused_before_anything_is_made(
+    tmp_path: Path, session: AgentSession
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("x")
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(RemoteError) as caught:
+        sync_all({"here": session}, build_manifest(src), str(tmp_path / "file" / "deeper" / "dst"))
+    assert f"Not a directory: {tmp_path / 'file'}" in str(caught.value)
