@@ -240,6 +240,7 @@ def _ahead_fields(request: DoctorRequest, host: Host) -> dict[str, Any]:
 
 def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
     fields = _ahead_fields(request, host)
+    fields["synced"] = request.sync_dst is not None and not host.is_local
     if host.key == scheduler.host and request.port is not None:
         fields["port"] = request.port
     return fields

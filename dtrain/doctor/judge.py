@@ -405,6 +405,15 @@ def judge_workdir(survey: Survey) -> Verdicts:
             "copy this directory to every host"
         )
         bad = Status.WARN if synced else Status.FAIL
+        if synced and files.get("sync_problem"):
+            verdicts[host.name] = CheckResult(
+                "workdir",
+                host.name,
+                Status.FAIL,
+                f"--sync-dst-dir {directory} cannot be made there: {files['sync_problem']}",
+                "move what is in the way or make it writable, or pick another --sync-dst-dir",
+            )
+            continue
         if not files.get("dir_exists"):
             what = "is not there yet" if synced else "does not exist"
             verdicts[host.name] = CheckResult(

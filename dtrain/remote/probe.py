@@ -13,7 +13,7 @@ import errno
 import os
 import time
 
-from . import procs, proto, spawn, stacks
+from . import files, procs, proto, spawn, stacks
 
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
@@ -271,9 +271,12 @@ def last_line(text):
     return lines[-1][:300] if lines else "(no output)"
 
 
-def file_facts(directory, relative):
-    """Whether `directory` exists, and the SHA-256 of `relative` in it (None: not a file)."""
+def file_facts(directory, relative, synced=False):
+    """Whether `directory` exists, and the SHA-256 of `relative` in it (None: not a file);
+    when launch is to copy it there (`synced`), why it could not (the launch's own check)."""
     result = {"dir": directory, "dir_exists": os.path.isdir(directory)}
+    if synced:
+        result["sync_problem"] = files.destination_problem(directory)
     if relative is None:
         return result
     path = relative if os.path.isabs(relative) else os.path.join(directory, relative)
@@ -500,7 +503,9 @@ def facts(request, ahead=None):
     result.update(slow)
     python = slow.get("interpreter") or {}  # type: Dict[str, Any]
     if request.get("workdir"):
-        result["files"] = file_facts(request["workdir"], request.get("script"))
+        result["files"] = file_facts(
+            request["workdir"], request.get("script"), bool(request.get("synced"))
+        )
     if request.get("environment", True):
         result["env"] = env_facts()
         executable = python.get("executable") if python.get("interpreter") else None

@@ -212,6 +212,35 @@ def test_stale_copies_in_the_sync_dir_only_warn_since_launch_replaces_them(
     assert "not there yet" in results[("workdir", "h1")]["detail"]
 
 
+def test_a_sync_dir_launch_could_not_make_fails_doctor_as_it_fails_launch(
+    cluster: Cluster, script_dir: Path
+) -> None:
+    (cluster.private_dir("h2") / "job").write_text("a file where the directory should be")
+    (cluster.private_dir("h3") / "ro").mkdir()
+    cluster.run("h3", ["mount", "--bind", "-o", "ro", "/srv/ro", "/srv/ro"], check=True)
+    args = ["--sync-dst-dir", "/srv/job", "--", PYTHON, "train.py"]
+    code, results, _ = doctor(cluster, args, script_dir)
+    assert code == 3
+    h2 = results[("workdir", "h2")]
+    assert h2["status"] == "fail"
+    assert h2["detail"] == "--sync-dst-dir /srv/job cannot be made there: Not a directory: /srv/job"
+    assert "not there yet" in results[("workdir", "h1")]["detail"]  # launch makes it there
+    launch = ["launch", "-n", "3", "-s", "0", "--no-preflight", *args]
+    refused, _ = doctor_run(cluster, launch, script_dir)
+    assert refused.returncode == 3
+    assert "h2: sync to /srv/job failed: cannot prepare /srv/job: Not a directory" in (
+        refused.stderr
+    )
+
+    deeper = ["--sync-dst-dir", "/srv/ro/job", "--", PYTHON, "train.py"]
+    code, results, _ = doctor(cluster, deeper, script_dir)
+    assert code == 3
+    assert results[("workdir", "h3")]["detail"] == (
+        "--sync-dst-dir /srv/ro/job cannot be made there: Read-only file system: /srv/ro"
+    )
+    assert results[("workdir", "h1")]["status"] == "warn"
+
+
 def test_leftover_dmlc_process_fails_doctor_and_launch_preflight_with_its_pid(
     cluster: Cluster, script_dir: Path
 ) -> None:
