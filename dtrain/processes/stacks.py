@@ -114,7 +114,7 @@ def with_files(report: StacksReport, root: Path, stamp: str) -> StacksReport:
     is on this machine), and a note for each job whose directory is not."""
     by_job: dict[str, list[TaskStack]] = {}
     for stack in report.stacks:
-        if stack.job_id is not None:
+        if stack.job_id:  # an empty DTRAIN_JOB_ID names no job: its directory would be root
             by_job.setdefault(stack.job_id, []).append(stack)
     written: list[str] = []
     notes = list(report.notes)

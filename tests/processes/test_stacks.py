@@ -101,3 +101,16 @@ def test_no_job_processes_is_an_answer_not_an_error(tmp_path: Path) -> None:
     result = run_dtrain(["stacks", "--job", "no-such-job"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "no job processes of job no-such-job on 1 host\n"
+
+
+def test_a_process_with_an_empty_job_id_writes_no_stacks_into_the_log_root(
+    spawn: Spawner,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    spawn([PYTHON, STUCK, "none"], "", task="worker.0")  # DTRAIN_JOB_ID= (set, empty)
+    wait_ready(wait_for_job("", 1))
+    root = tmp_path / "dtrain-logs"
+    root.mkdir()
+    result = run_dtrain(["stacks"], tmp_path)  # every job here: this one has no id to ask for
+    assert "): in wait_for_peer (where_stuck.py:15)" in result.stdout, result.stderr
+    assert list(root.iterdir()) == []
