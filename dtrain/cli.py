@@ -199,16 +199,24 @@ class Where:
     note: str | None = None  # `inside Slurm job 1234: 4 nodes h[1-4]`
 
 
+def srun_note(line: str) -> None:
+    """That srun waits (its own lines, or dtrain's word when it is silent), on stderr as it
+    happens, not only in the error once the agents' wait ends: stdout stays the result."""
+    click.echo(f"dtrain: {line}", err=True)
+
+
 def where_to_run(
     launcher: str,
     hostfile: Path | None,
     env: Mapping[str, str],
     allocation: SlurmOptions | None = None,
+    can_allocate: bool = False,
 ) -> Where:
     """-H, --launcher and the Slurm allocation this shell may be in, as hosts and an engine.
 
     Inside an allocation with no -H, its nodes are the hosts; a node list that cannot be
-    expanded is an error, never a fall back to this machine alone.
+    expanded is an error, never a fall back to this machine alone. Only launch has --nodes
+    (`can_allocate`): the other commands act on an allocation that exists.
     """
     if allocation is not None and launcher != "slurm":
         raise UsageError(
@@ -228,9 +236,12 @@ def where_to_run(
         return Where((), allocation)
     if not plan_slurm.in_allocation(env):
         if launcher == "slurm":
+            inside = "run dtrain inside the allocation (salloc, sbatch, srun --pty bash)"
             raise UsageError(
                 "--launcher slurm outside a Slurm allocation",
-                hint="pass --nodes N to make one, or run dtrain inside salloc or sbatch",
+                hint=f"pass --nodes N to make one, or {inside}"
+                if can_allocate
+                else f"{inside}, or pass -H hosts",
             )
         return Where(())
     from dtrain.transport import slurm
@@ -238,7 +249,7 @@ def where_to_run(
     found = slurm.current_allocation(env)
     summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
     note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
-    return Where(found.hosts(), SlurmOptions(), note)
+    return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
 
 
 def allocation_from_flags(
@@ -264,7 +275,7 @@ def allocation_from_flags(
                 hint="add --launcher slurm --nodes N",
             )
         return None
-    return SlurmOptions(nodes=nodes, srun_args=args)
+    return SlurmOptions(nodes=nodes, srun_args=args, on_note=srun_note)
 
 
 def _workdir(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
@@ -760,7 +771,7 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         flags.gpus_per_node,
         flags.srun_args,
     )
-    where = where_to_run(flags.launcher, flags.hostfile, shell_env, allocation)
+    where = where_to_run(flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True)
     role_env = {
         role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
         for role, items in (
@@ -828,7 +839,7 @@ def print_dry_run(
     slurm: SlurmOptions | None = None,
 ) -> None:
     """The plan, made with what can be known without connecting anywhere."""
-    facts, unresolved = dry_run_facts(request, job_id, ssh)
+    facts, unresolved = dry_run_facts(request, job_id, ssh, through_slurm=slurm is not None)
     plan = planner.plan_job(request, facts)
     note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
     if slurm is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from dtrain.cli import Where, allocation_from_flags, where_to_run
 from dtrain.errors import UsageError
 from dtrain.plan.hosts import Host
 from dtrain.transport.options import SlurmOptions
+from tests.conftest import run_dtrain
 
 ALLOCATION = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
 
@@ -80,3 +82,56 @@ def test_making_an_allocation_needs_launcher_slurm_and_carries_the_srun_options(
     with pytest.raises(UsageError, match="--partition is for the allocation --nodes N makes"):
         allocation_from_flags(None, "gpu", None, None, None, ())
     assert allocation_from_flags(None, None, None, None, None, ()) is None
+
+
+def without_slurm_commands(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A shell whose PATH has no Slurm (and no ssh) command; `extra` are its Slurm variables.
+    The node is `localhost`, which /etc/hosts resolves: nothing is looked up on the network."""
+    empty = tmp_path / "bin"
+    empty.mkdir(exist_ok=True)
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**keep, "PATH": str(empty), **extra}
+
+
+IN_ALLOCATION = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost"}
+
+
+@pytest.mark.parametrize("command", [["ps"], ["launch", "-n", "1", "-s", "0", "--", "true"]])
+def test_a_missing_srun_is_this_machine_s_problem_exit_3_as_a_failing_srun(
+    tmp_path: Path, command: list[str]
+) -> None:
+    done = run_dtrain(command, tmp_path, env=without_slurm_commands(tmp_path, **IN_ALLOCATION))
+    assert done.returncode == 3, done.stderr
+    assert "dtrain: srun is not on PATH" in done.stderr
+
+
+def test_a_dry_run_inside_an_allocation_reads_no_ssh_config(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  PKCS11Provider /usr/lib/none.so\n")  # what ssh would refuse
+    done = run_dtrain(
+        ["launch", "--dry-run", "--ssh-config", str(config), "-n", "1", "-s", "1", "--", "true"],
+        tmp_path,
+        env=without_slurm_commands(tmp_path, **IN_ALLOCATION),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "DTRAIN_TASK=worker.0" in done.stdout
+    assert "DMLC_NODE_HOST=localhost" in done.stdout  # the node by name: it told no address yet
+    assert "PKCS11" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["ps", "kill", "stacks", "doctor"])
+def test_launcher_slurm_outside_an_allocation_suggests_no_nodes_flag_a_command_lacks(
+    tmp_path: Path, command: str
+) -> None:
+    done = run_dtrain(
+        [command, "--launcher", "slurm"], tmp_path, env=without_slurm_commands(tmp_path)
+    )
+    assert done.returncode == 2
+    assert "--launcher slurm outside a Slurm allocation" in done.stderr
+    assert "--nodes" not in done.stderr and "salloc" in done.stderr
+    launch = run_dtrain(
+        ["launch", "--launcher", "slurm", "--", "true"],
+        tmp_path,
+        env=without_slurm_commands(tmp_path),
+    )
+    assert launch.returncode == 2 and "pass --nodes N to make one" in launch.stderr

@@ -308,6 +308,7 @@ class AgentGroup:
             pythons=AGENT_PYTHONS if auto else (self.remote_python,),
             job_name=self.slurm.job_name,
             srun_args=self.slurm.srun_args,
+            on_note=self.slurm.on_note,
         )
         return self.step
 

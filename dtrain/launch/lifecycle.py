@@ -188,29 +188,32 @@ def gather_facts(
 
 
 def dry_run_facts(
-    request: planner.JobRequest, job_id: str, ssh: SshOptions
+    request: planner.JobRequest, job_id: str, ssh: SshOptions, through_slurm: bool = False
 ) -> tuple[planner.Facts, list[str]]:
     """Facts without connecting anywhere: names resolved here, ports chosen here.
 
     Also the hosts whose names do not resolve from here (a launch learns their addresses
-    from ssh itself, so they stay names in the dry run's plan).
+    from ssh itself, so they stay names in the dry run's plan). Slurm's nodes stay names:
+    ssh plays no part in reaching them, and their agents tell their addresses at launch.
     """
-    from dtrain.transport.ssh import SshTransport
-
     ports = planner.ports_needed(request)
-    transport = SshTransport(ssh) if request.hosts else None
-    targets = transport.distinct_targets(request.hosts) if transport else []
+    if through_slurm or not request.hosts:
+        names = [host.name for host in request.hosts]
+    else:
+        from dtrain.transport.ssh import SshTransport
+
+        names = [t.hostname for t in SshTransport(ssh).distinct_targets(request.hosts)]
     hosts: dict[str, planner.HostFacts] = {}
     resolved = []
     unresolved = []
-    for host, target in zip(request.hosts, targets, strict=True):
-        address = resolve_address(target.hostname)
+    for host, name in zip(request.hosts, names, strict=True):
+        address = None if through_slurm else resolve_address(name)
         if address is None:
             unresolved.append(host.display)
         else:
             resolved.append(address)
         hosts[host.key] = planner.HostFacts(
-            address=address or target.hostname,
+            address=address or name,
             interfaces={},
             free_ports=tuple(local_free_ports(ports.get(host.key, 0))),
         )

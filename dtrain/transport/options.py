@@ -5,6 +5,7 @@ Kept apart from ssh so that planning and the CLI need no paramiko."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -33,3 +34,5 @@ class SlurmOptions:
     nodes: int | None = None
     srun_args: tuple[str, ...] = ()
     job_name: str = "dtrain"
+    # where srun's lines that say it waits go, as they come (the queue, a suspended job)
+    on_note: Callable[[str], None] | None = field(default=None, compare=False, repr=False)

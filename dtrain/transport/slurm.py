@@ -56,6 +56,9 @@ STARTUP_TIMEOUT_S = 120.0  # srun's own retries for a busy node take up to a min
 SRUN_EXIT_S = 3.0
 STOP_TIMEOUT_S = 10.0
 STDERR_TAIL = 60
+# srun 22.05 says nothing while a step waits inside an allocation (a suspended job, nodes held
+# by an exclusive step), even with -v: after this long with no agent, dtrain says it waits.
+QUIET_NOTE_S = 5.0
 SCONTROL_TIMEOUT_S = 30.0
 # The launcher's ssh session is not the agents': they would report its address as their own.
 _NOT_EXPORTED = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", KEY_VAR, CONNECT_VAR)
@@ -137,9 +140,11 @@ def agent_command(pythons: Sequence[str]) -> list[str]:
 
 
 def _slurm_command(name: str) -> str:
+    """The command's path. Missing, it is this machine's environment, not the user's flags:
+    exit 3, as a command missing on a host and as an srun that fails (the README's table)."""
     path = shutil.which(name)
     if path is None:
-        raise UsageError(
+        raise DtrainError(
             f"{name} is not on PATH: dtrain starts Slurm jobs with Slurm's own commands",
             hint="run dtrain where the Slurm client commands work (srun, scontrol), "
             "or pass --launcher ssh -H hosts",
@@ -204,17 +209,47 @@ def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
 def listen_address(nodes: Sequence[str]) -> str:
     """This machine's address on the route to the nodes (the first that has one)."""
     addresses = node_addresses(nodes[:8]) if shutil.which("scontrol") else {}
+    unresolved: list[str] = []
     for node in nodes[:8]:
         target = addresses.get(node, node)
-        with contextlib.suppress(OSError):
+        try:
             target = str(socket.getaddrinfo(target, None, socket.AF_INET)[0][4][0])
+        except OSError as exc:
+            unresolved.append(f"{target} ({exc.strerror or exc})")
+            continue
         address = route_address(target)
         if address is not None:
             return address
+    shown = f"{', '.join(nodes[:3])}{'...' if len(nodes) > 3 else ''}"
+    if len(unresolved) == len(nodes[:8]):
+        raise ConnectError(
+            f"the Slurm nodes' names do not resolve on this machine: {'; '.join(unresolved[:3])}",
+            hint="run dtrain on a node of the allocation, or give the nodes a NodeAddr that "
+            "resolves here (scontrol show node shows it)",
+        )
     raise ConnectError(
-        f"no route from this machine to the Slurm nodes ({', '.join(nodes[:3])}...)",
+        f"no route from this machine to the Slurm nodes ({shown})",
         hint="run dtrain on a node of the allocation, or on a login node that reaches them",
     )
+
+
+# What srun says while it waits, shown as it comes: the job in the queue, a step that cannot
+# start yet (a suspended job, busy nodes: "step creation temporarily disabled, retrying"),
+# the controller away; and that the wait is over.
+_WAITING = (
+    "queued and waiting",
+    "has been allocated",
+    "step creation",
+    "step created",
+    "slurm is busy",
+    "not responding",
+)
+
+
+def is_waiting(line: str) -> bool:
+    """Whether one of srun's lines says it waits (or stopped waiting)."""
+    lowered = line.lower()
+    return any(mark in lowered for mark in _WAITING)
 
 
 # ---- the link ------------------------------------------------------------------------------------
@@ -354,7 +389,7 @@ class SlurmStep:
             line = raw.decode("utf-8", "replace").rstrip()
             self._stderr.append(line)
             logger.debug("srun: %s", line)
-            if self.on_note is not None and ("queued" in line or "has been allocated" in line):
+            if self.on_note is not None and is_waiting(line):
                 self.on_note(line.removeprefix("srun: "))
 
     def accept(self, timeout_s: float | None) -> dict[str, Problem]:
@@ -365,6 +400,7 @@ class SlurmStep:
         """
         assert self._listener is not None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        quiet_until: float | None = time.monotonic() + QUIET_NOTE_S
         pending: list[threading.Thread] = []
         while len(self.agents) < self.count:
             srun_ended = self.proc is not None and self.proc.poll() is not None
@@ -372,6 +408,9 @@ class SlurmStep:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 break
+            if not self.agents and quiet_until is not None and time.monotonic() > quiet_until:
+                quiet_until = None
+                self._note_waiting(timeout_s)
             ready, _, _ = select.select([self._listener], [], [], 0.2)
             if ready:
                 try:
@@ -386,6 +425,24 @@ class SlurmStep:
                 thread.join(HANDSHAKE_TIMEOUT_S)
         self._listener.close()  # nobody joins this job after this
         return self._missing(timeout_s)
+
+    def _note_waiting(self, timeout_s: float | None) -> None:
+        """Say that the step has not started, and the job's state when it tells why
+        (SUSPENDED): srun itself is silent while a step waits inside an allocation."""
+        if self.on_note is None or self.nodes is None:
+            return  # making an allocation: srun says "queued and waiting" itself
+        job = os.environ.get(slurm.JOB_ID_VAR, "")
+        state = ""
+        if job.isdigit():
+            with contextlib.suppress(OSError, DtrainError):
+                records = _records(_scontrol("-o", "show", "job", job).stdout)
+                state = records[0].get("JobState", "") if records else ""
+        why = f" (Slurm job {job} is {state})" if state and state != "RUNNING" else ""
+        limit = f"; waiting up to {timeout_s:.0f}s" if timeout_s is not None else ""
+        self.on_note(
+            f"Slurm has not started dtrain's agents on {len(self.nodes)} node(s) after "
+            f"{QUIET_NOTE_S:.0f}s{why}{limit}"
+        )
 
     def _missing(self, timeout_s: float | None) -> dict[str, Problem]:
         if self.nodes is not None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -385,3 +387,60 @@ def test_a_lost_node_is_named_and_the_rest_of_the_job_stopped(
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+
+
+def stderr_until(popen: subprocess.Popen[str], needle: str, timeout_s: float) -> str:
+    """The process's stderr up to the first line holding `needle` (bounded: AssertionError
+    with what came, if it does not come in time)."""
+    assert popen.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    seen = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([popen.stderr], [], [], 0.2)
+        if ready:
+            line = popen.stderr.readline()
+            if not line:
+                break
+            seen += line
+            if needle in line:
+                return seen
+    raise AssertionError(f"no {needle!r} on stderr within {timeout_s}s; got: {seen}")
+
+
+def test_srun_waiting_inside_a_suspended_allocation_is_shown_as_it_waits(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    allocation = hold_allocation(slurm, 3)
+    slurm.scontrol("suspend", allocation, check=True)
+    popen = subprocess.Popen(
+        dtrain_argv("ps"),
+        cwd=tmp_path,
+        env=allocation_env(slurm, allocation),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:  # said within seconds, not when the agents' 120 s wait gives up
+        seen = stderr_until(popen, "Slurm has not started dtrain's agents", 30)
+        assert f"on 3 node(s) after 5s (Slurm job {allocation} is SUSPENDED); waiting" in seen
+        popen.send_signal(signal.SIGINT)  # the user, told, need not wait out the 120 s
+        _, err = popen.communicate(timeout=30)
+        assert popen.returncode == 130, seen + err
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.communicate()
+        slurm.scancel(allocation)
+
+
+def test_node_names_that_do_not_resolve_are_said_to_not_resolve(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """From inside h1 (no route out: the failing lookup sends nothing), in an allocation
+    whose node list names nodes nobody knows."""
+    env = {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "ghost[1-2]"}
+    done = slurm.run(dtrain_argv("ps"), "h1", env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "the Slurm nodes' names do not resolve on this machine: ghost1 (" in done.stderr
+    assert "no route" not in done.stderr
