@@ -14,7 +14,6 @@ import math
 import os
 import shlex
 import signal
-import stat
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ import click
 
 from dtrain import __version__, codecache, render
 from dtrain.errors import DtrainError, ExitCode, UsageError
+from dtrain.inputfiles import InputFile, check_input, read_text_input
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
 from dtrain.plan import planner
@@ -86,7 +86,7 @@ def hosts_option(func: F) -> F:
         "-H",
         "--hostfile",
         "hostfile",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         help="Hosts file: one [user@]host[:port] [slots=N] per line (see hosts.example). "
         "Without it, everything runs on this machine.",
     )(func)
@@ -97,7 +97,7 @@ def ssh_options(func: F) -> F:
         [
             click.option(
                 "--ssh-config",
-                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                type=click.Path(path_type=Path),  # checked by `inputfiles`, as -H is
                 help="Use only this ssh config file, like ssh -F "
                 "(default: ~/.ssh/config, then /etc/ssh/ssh_config).",
             ),
@@ -132,7 +132,7 @@ def setup_options(func: F) -> F:
             ),
             click.option(
                 "--setup-file",
-                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                type=click.Path(path_type=Path),
                 help="Like --setup, with the commands of this file (after any --setup).",
             ),
         ]
@@ -145,10 +145,8 @@ def read_setup(setup: Sequence[str], setup_file: Path | None) -> tuple[str, ...]
     """--setup commands, then --setup-file's text as one more (its lines run as a script)."""
     commands = [c for c in setup if c.strip()]
     if setup_file is not None:
-        try:
-            text = setup_file.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read --setup-file {setup_file}: {exc}") from None
+        hint = "pass --setup-file FILE with the shell commands to run, or use --setup 'SHELL'"
+        text = read_text_input(InputFile(setup_file, "--setup-file", "setup file", hint))
         if text.strip():
             commands.append(text.rstrip("\n"))
     return tuple(commands)
@@ -314,48 +312,15 @@ def reports_errors_as_json(command: str) -> Callable[[F], F]:
     return decorate
 
 
-MAX_HOSTS_FILE_BYTES = 16 * 1024 * 1024  # far beyond any real cluster's hosts file
-
-
 def read_hosts(path: Path | None) -> tuple[Host, ...]:
     """The hosts file's hosts; a FIFO, a device or a huge file is refused, never read forever."""
     if path is None:
         return ()
-    try:
-        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise UsageError(
-            f"hosts file {path} does not exist",
-            hint="pass -H FILE with one host per line (see hosts.example), "
-            "or leave -H out to run everything on this machine",
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(
-                f"hosts file {path} is not a regular file",
-                hint="pass -H FILE with a plain text file, one host per line",
-            )
-        try:  # a sparse file can claim any size: look before reading, and read no more
-            data = (
-                b""
-                if info.st_size > MAX_HOSTS_FILE_BYTES
-                else stream.read(MAX_HOSTS_FILE_BYTES + 1)
-            )
-        except OSError as exc:
-            raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
-    if info.st_size > MAX_HOSTS_FILE_BYTES or len(data) > MAX_HOSTS_FILE_BYTES:
-        raise UsageError(
-            f"hosts file {path} is larger than {MAX_HOSTS_FILE_BYTES // (1024 * 1024)} MiB",
-            hint="is -H the right file? a hosts file has one short line per machine",
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"hosts file {path} is not UTF-8 text ({exc.reason})") from None
+    hint = (
+        "pass -H FILE, a text file with one host per line (see hosts.example), "
+        "or leave -H out to run everything on this machine"
+    )
+    text = read_text_input(InputFile(path, "-H", "hosts file", hint))
     return parse_hosts(text, str(path))
 
 
@@ -365,6 +330,9 @@ def make_ssh_options(
     connect_timeout: float | None,
     setup: tuple[str, ...] = (),
 ) -> SshOptions:
+    if ssh_config is not None:  # `ssh -G -F FILE` would read a FIFO or /dev/zero forever
+        hint = "pass --ssh-config FILE, an ssh config file (as ssh -F takes)"
+        check_input(InputFile(ssh_config, "--ssh-config", "ssh config", hint))
     return SshOptions(
         config_file=str(ssh_config) if ssh_config else None,
         accept_new_host_keys=accept_new_host_keys,

@@ -61,7 +61,7 @@ def test_duplicate_host_is_a_usage_error(tmp_path: Path) -> None:
 def test_missing_hosts_file_says_what_to_do(tmp_path: Path) -> None:
     result = run_dtrain(["launch", "-n", "1", "-H", "nohosts", "--", "true"], tmp_path)
     assert result.returncode == 2
-    assert "dtrain: hosts file nohosts does not exist" in result.stderr
+    assert "dtrain: hosts file nohosts (-H) does not exist" in result.stderr
     assert "hint:" in result.stderr
 
 
@@ -108,9 +108,11 @@ def test_a_hosts_file_that_is_not_a_regular_file_is_refused_not_read_forever(
             ["launch", "--dry-run", "-n", "1", "-H", str(path), "--", "true"], tmp_path
         )
         assert result.returncode == 2
+        kind = "a FIFO" if path == fifo else "a character device"
         assert result.stderr.splitlines() == [
-            f"dtrain: hosts file {path} is not a regular file",
-            "  hint: pass -H FILE with a plain text file, one host per line",
+            f"dtrain: hosts file {path} (-H) is {kind}, not a regular file",
+            "  hint: pass -H FILE, a text file with one host per line (see hosts.example), "
+            "or leave -H out to run everything on this machine",
         ]
 
 
@@ -120,7 +122,7 @@ def test_a_hosts_file_larger_than_any_real_one_is_refused(tmp_path: Path) -> Non
         out.truncate(4 * 1024**3)  # sparse: 4 GiB of NULs that take no disk
     result = run_dtrain(["ps", "-H", str(huge)], tmp_path)
     assert result.returncode == 2
-    assert f"dtrain: hosts file {huge} is larger than 16 MiB" in result.stderr
+    assert f"dtrain: hosts file {huge} (-H) is larger than 16 MiB" in result.stderr
     assert "Traceback" not in result.stderr
 
 
