@@ -112,8 +112,9 @@ def create(root: Path, job_id: str) -> JobPaths:
     Called before any host is connected, so a log directory that cannot be made (a file in the
     way, read-only, /proc, a full disk) starts nothing.
     """
-    paths = JobPaths(root, job_id, made=tuple(p for p in (root, *root.parents) if not p.exists()))
-    try:
+    try:  # even asking whether a directory exists fails under one the user cannot enter
+        made = tuple(p for p in (root, *root.parents) if not p.exists())
+        paths = JobPaths(root, job_id, made=made)
         root.mkdir(parents=True, exist_ok=True)
         paths.dir.mkdir(mode=DIR_MODE)
     except OSError as exc:
@@ -128,8 +129,12 @@ def create(root: Path, job_id: str) -> JobPaths:
 
 
 def remove(paths: JobPaths) -> None:
-    """Remove a job directory that never ran a task (the launch failed before starting any)."""
+    """Remove a job directory that never ran a task (the launch failed before starting any),
+    and `latest` if it points there: a link to nothing would be all that is left of it."""
     shutil.rmtree(paths.dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        if os.readlink(paths.latest) == paths.job_id:
+            paths.latest.unlink()
     for made in paths.made:
         with contextlib.suppress(OSError):
             made.rmdir()  # only if still empty: another job may have started there meanwhile
