@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import logging
 import math
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 import click
 
 from dtrain import __version__, codecache, render
-from dtrain.errors import DtrainError, ExitCode, UsageError
+from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
 from dtrain.inputfiles import InputFile, check_input, read_text_input
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
@@ -454,7 +455,7 @@ class TerminalConsole:
 
     def note(self, message: str) -> None:
         """A `dtrain:` line on stderr (on the console's thread, after what came before)."""
-        line = f"dtrain: {message}\n".encode()
+        line = f"dtrain: {message}\n".encode(errors="backslashreplace")  # a non-UTF-8 path
         self._post(lambda: self._write(self.stderr, [line]))
 
     def _post(self, work: Callable[[], None] | None) -> None:
@@ -502,7 +503,16 @@ class TerminalConsole:
 
 
 def emit_json(document: dict[str, Any]) -> None:
-    click.echo(json.dumps(document, indent=2))
+    with contextlib.suppress(BrokenPipeError):  # a reader that went away changes no exit code
+        click.echo(json.dumps(document, indent=2))
+
+
+def say(text: str) -> None:
+    """dtrain's own text on stderr; a reader that went away (`2>&1 | head -n 1`) changes
+    nothing, least of all the exit code, which is the job's."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 # ---- the group ------------------------------------------------------------------------------
@@ -661,7 +671,7 @@ def launch(**given: Any) -> None:
         result = run.run()
     finally:
         console.close()  # its notes before the result, or the error
-    sys.stderr.write(render.result_text(result))
+    say(render.result_text(result))
     if flags.as_json:
         data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
         emit_json(render.envelope("launch", result.exit_code, data, result.problems()))
@@ -1169,17 +1179,17 @@ def hoist_debug(args: Sequence[str]) -> list[str]:
     return ["--debug", *rest]
 
 
-def run() -> NoReturn:
+def run(interrupted: bool = False) -> NoReturn:
     """The `dtrain` program: `main`, then out at once, without tearing the interpreter down
     (once the record methods this run compiled are kept for the next: `codecache`).
 
     That teardown (garbage collection over every module's objects, then freeing them:
     paramiko, cryptography, click) took 40-65 ms after each command had done its work, before
     the shell got its prompt back. Nothing needs it: task logs and job records are written
-    with os-level calls and closed, and connections are closed, before `main` returns. An
-    unexpected exception still leaves the ordinary way, with its traceback."""
+    with os-level calls and closed, and connections are closed, before `main` returns. With
+    --debug, an unexpected exception still leaves the ordinary way, with its traceback."""
     try:
-        main()
+        main(interrupted=interrupted)
         code = 0
     except SystemExit as exc:
         code = exit_status(exc.code)
@@ -1203,40 +1213,80 @@ def exit_status(code: object) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Every error is a message and an exit code, never a traceback (`run` is the program)."""
+def json_command(args: Sequence[str]) -> str | None:
+    """The command whose `--json` this command line asks for, read as click reads it (unknown
+    options and bad values passed over), so that even a usage error is one JSON document."""
+    position = next((i for i, word in enumerate(args) if not word.startswith("-")), None)
+    if position is None or args[position] not in cli.commands:
+        return None  # before the command's name come only the group's flags (--debug)
+    name, rest = args[position], list(args[position + 1 :])
+    try:
+        ctx = cli.commands[name].make_context(
+            name, rest, resilient_parsing=True, ignore_unknown_options=True
+        )
+    except click.ClickException:
+        return None
+    return name if ctx.params.get("as_json") else None
+
+
+def failure(exc: BaseException) -> tuple[int, str, Problem]:
+    """How an exception that reached `main` is reported: exit code, stderr text, JSON problem."""
+    if isinstance(exc, click.NoSuchOption) and exc.option_name == "--debug":
+        text = (
+            "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
+            "or before the -- that starts your command"
+        )
+        return ExitCode.USAGE, text, Problem(text.removeprefix("dtrain: "), code="usage")
+    if isinstance(exc, click.ClickException):
+        shown = io.StringIO()
+        exc.show(shown)
+        problem = Problem(exc.format_message(), code="usage")
+        return exc.exit_code, shown.getvalue().rstrip("\n"), problem
+    if isinstance(exc, DtrainError):
+        return exc.exit_code, str(exc), exc.to_problems()[0]
+    if isinstance(exc, click.exceptions.Abort):
+        return 130, "dtrain: interrupted", Problem("interrupted", code="interrupted")
+    if isinstance(exc, KeyboardInterrupt):
+        text = "interrupted before any task started; nothing is running"
+        return 130, f"dtrain: {text}", Problem(text, code="interrupted")
+    if isinstance(exc, Terminated):
+        text = "stopped by SIGTERM before any task started; nothing is running"
+        return 128 + signal.SIGTERM, f"dtrain: {text}", Problem(text, code="terminated")
+    what = f"internal error: {type(exc).__name__}: {exc}"
+    hint = "run it again with --debug for the traceback, and report it"
+    problem = Problem(what, hint=hint, code="internal")
+    return ExitCode.JOB_FAILED, f"dtrain: {what}\n  hint: {hint}", problem
+
+
+def main(argv: Sequence[str] | None = None, interrupted: bool = False) -> None:
+    """Every error is a message and an exit code, never a traceback (`run` is the program);
+    with --json, also exactly one JSON document on stdout. `interrupted`: Ctrl-C came while
+    the program was loading (`__main__`)."""
     args = hoist_debug(argv if argv is not None else sys.argv[1:])
     debug = bool(args) and args[0] == "--debug"
     signal.signal(signal.SIGTERM, _terminated)  # a launch replaces it once tasks can start
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if interrupted:
+            raise KeyboardInterrupt
         cli.main(args=args, prog_name="dtrain", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.stderr.write("dtrain: interrupted\n")
-        raise SystemExit(130) from None
-    except click.NoSuchOption as exc:
-        if exc.option_name != "--debug":
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        sys.stderr.write(
-            "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
-            "or before the -- that starts your command\n"
-        )
-        raise SystemExit(ExitCode.USAGE) from None
-    except click.ClickException as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code) from None
     except JsonFailure as exc:
         raise SystemExit(exc.exit_code) from None
-    except DtrainError as exc:
-        if debug:
-            raise
-        sys.stderr.write(f"{exc}\n")
-        raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        sys.stderr.write("dtrain: interrupted before any task started; nothing is running\n")
-        raise SystemExit(130) from None
-    except Terminated:
-        sys.stderr.write("dtrain: stopped by SIGTERM before any task started; nothing is running\n")
-        raise SystemExit(128 + signal.SIGTERM) from None
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away: there is no one left to tell
         raise SystemExit(ExitCode.JOB_FAILED) from None
+    except Exception as exc:  # Abort is click's Ctrl-C; Terminated, SIGTERM
+        expected = isinstance(exc, click.ClickException | click.exceptions.Abort | Terminated)
+        if debug and not expected:
+            raise
+        report_failure(args, *failure(exc))
+    except KeyboardInterrupt as exc:
+        report_failure(args, *failure(exc))
+
+
+def report_failure(args: Sequence[str], exit_code: int, text: str, problem: Problem) -> NoReturn:
+    """The text on stderr, and with --json the one document on stdout; exit with `exit_code`."""
+    say(f"{text}\n")
+    command = json_command(args)
+    if command is not None:
+        emit_json(render.envelope(command, exit_code, None, [problem]))
+    raise SystemExit(exit_code)
