@@ -38,6 +38,7 @@ CHECKS = (
 QUICK_CHECKS = ("ssh", "scheduler", "stale")  # what `dtrain launch` runs before starting
 
 SLOW_CONNECT_S = 2.0
+PRIVILEGED_PORTS = 1024  # Linux's net.ipv4.ip_unprivileged_port_start, by default
 CLOCK_SKEW_WARN_S = 1.0
 MAX_LISTED = 8
 PORT_RANGE_TEXT = "10000-49999"  # where ps-lite's servers and workers bind
@@ -693,8 +694,24 @@ def _scheduler_host_verdict(survey: Survey, scheduler: Scheduler, endpoint: str)
         scheduler.host,
         Status.FAIL,
         f"the scheduler cannot listen on {endpoint}: {scheduler.listen_error}",
-        "pass --host-ip with an address of this machine that the hosts reach",
+        _listen_hint(scheduler),
     )
+
+
+def _listen_hint(scheduler: Scheduler) -> str:
+    """What to do when the scheduler's address and port cannot be bound, by why not."""
+    error = (scheduler.listen_error or "").lower()
+    if "permission" in error and scheduler.port < PRIVILEGED_PORTS:
+        return (
+            f"ports below {PRIVILEGED_PORTS} need root: pass --port {PRIVILEGED_PORTS} or "
+            "above, or leave --port out for a free one"
+        )
+    if "assign" in error:
+        return (
+            f"{scheduler.address} is not an address of {scheduler.host}: pass --host-ip "
+            f"with one of {scheduler.host}'s addresses that every host reaches, or leave it out"
+        )
+    return "pass --host-ip and --port with an address and port the scheduler can listen on"
 
 
 def _holder_text(holder: Mapping[str, Any], now: float) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dtrain.doctor.judge import (
     CHECKS,
     Connect,
@@ -238,6 +240,36 @@ def test_scheduler_port_in_use_names_the_holder_and_its_kill_line() -> None:
     assert failed.status is Status.FAIL
     assert "pid 99, age 30s, job old-job, DMLC_ROLE=scheduler: python t.py" in failed.detail
     assert failed.hint == "stop it: dtrain kill --job old-job"
+
+
+@pytest.mark.parametrize(
+    ("address", "port", "error", "hint"),
+    [
+        (
+            "127.0.0.1",
+            1,
+            "permission denied",
+            "ports below 1024 need root: pass --port 1024 or above, or leave --port out for a "
+            "free one",
+        ),
+        (
+            "192.0.2.7",
+            9091,
+            "cannot assign requested address",
+            "192.0.2.7 is not an address of here: pass --host-ip with one of here's addresses "
+            "that every host reaches, or leave it out",
+        ),
+    ],
+)
+def test_a_scheduler_that_cannot_listen_gets_the_hint_for_its_reason(
+    address: str, port: int, error: str, hint: str
+) -> None:
+    scheduler = Scheduler("here", address, port, True, error)
+    results = judge(survey(host("here", is_local=True), scheduler=scheduler))
+    failed = verdict(results, "scheduler", "here")
+    assert failed.status is Status.FAIL
+    assert failed.detail == f"the scheduler cannot listen on {address}:{port}: {error}"
+    assert failed.hint == hint
 
 
 def test_report_text_is_a_table_then_the_findings_worst_first() -> None:
