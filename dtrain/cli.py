@@ -532,9 +532,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    configure_logging(debug)
+
+
+def configure_logging(debug: bool) -> None:
+    """Warnings read as dtrain's own lines (`dtrain: HOST KEY CHANGED ...`); with --debug,
+    every line also names the module that wrote it."""
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
-        format="dtrain: %(name)s: %(message)s",
+        format="dtrain: %(name)s: %(message)s" if debug else "dtrain: %(message)s",
     )
     # paramiko logs a traceback for each failed handshake that dtrain reports in one line
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)

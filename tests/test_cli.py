@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -415,3 +416,56 @@ def test_an_unexpected_error_is_one_line_and_a_hint_without_debug() -> None:
         "  hint: run it again with --debug for the traceback, and report it",
     ]
     assert problem.code == "internal"
+
+
+def test_ps_shows_a_job_id_and_command_line_with_newlines_on_one_line(tmp_path: Path) -> None:
+    job = f"forged\njob {os.getpid()}"
+    env = {**os.environ, "DTRAIN_JOB_ID": job, "DTRAIN_TASK": "worker.0"}
+    code = "import time; time.sleep(60)"
+    proc = subprocess.Popen(
+        [dtrain_argv()[0], "-c", code, "line one\nline two"], env=env, start_new_session=True
+    )
+    try:
+        result = run_dtrain(["ps", "--job", job], tmp_path)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert f"  job forged\\njob {os.getpid()}\n" in result.stdout
+    [row] = [line for line in result.stdout.splitlines() if line.lstrip().startswith(str(proc.pid))]
+    assert row.endswith("line one\\nline two")
+
+
+@pytest.mark.parametrize(
+    ("debug", "shown"),
+    [
+        (False, "dtrain: HOST KEY CHANGED for h1\n"),
+        (True, "dtrain: dtrain.transport.ssh: HOST KEY CHANGED for h1\n"),
+    ],
+)
+def test_a_warning_reads_as_dtrains_own_line_and_names_its_module_under_debug(
+    tmp_path: Path, debug: bool, shown: str
+) -> None:
+    code = (
+        "import logging, sys\n"
+        "from dtrain.cli import cli\n"
+        "cli.main(args=[*sys.argv[1:], 'ps', '--help'], standalone_mode=False)\n"
+        "logging.getLogger('dtrain.transport.ssh').warning('HOST KEY CHANGED for %s', 'h1')\n"
+    )
+    flags = ["--debug"] if debug else []
+    result = subprocess.run(
+        [dtrain_argv()[0], "-c", code, *flags], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == shown
+
+
+def test_an_ipv6_host_is_shown_with_its_port_after_brackets(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))  # a loopback port nothing listens on once it is closed
+        port = probe.getsockname()[1]
+    (tmp_path / "hosts").write_text(f"[::1]:{port}\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "/dev/null", "--", "true"]
+    result = run_dtrain(args, tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert f"  [::1]:{port}: connection refused" in result.stderr.splitlines()

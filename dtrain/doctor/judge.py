@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from dtrain.doctor import parity
-from dtrain.errors import ExitCode, Problem
+from dtrain.errors import ExitCode, Problem, one_line
 from dtrain.plan.frameworks import MANAGED_VARS
-from dtrain.plan.hosts import is_loopback
+from dtrain.plan.hosts import address_port, is_loopback
 from dtrain.plan.planner import workdir_on
 from dtrain.plan.spec import Framework
 from dtrain.processes.results import HostScan, JobProcess, duration_text
@@ -101,7 +101,7 @@ class Connect:
         return self.error or "failed"
 
     def text(self) -> str:
-        return f"{self.src} → {self.dst}:{self.port}: {self.how}"
+        return f"{self.src} → {address_port(self.dst, self.port)}: {self.how}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +222,9 @@ def judge(survey: Survey, checks: Sequence[str] = CHECKS) -> tuple[CheckResult, 
     results = []
     for host in survey.hosts:
         for check in checks:
-            results.append(by_check[check][host.name])
+            result = by_check[check][host.name]  # each one line, whatever a host reported
+            hint = one_line(result.hint) if result.hint is not None else None
+            results.append(replace(result, detail=one_line(result.detail), hint=hint))
     return tuple(results)
 
 
@@ -632,7 +634,7 @@ def judge_scheduler(survey: Survey) -> Verdicts:
                     "scheduler", host.name, Status.SKIP, "the scheduler's host was not reached"
                 )
         return _unchecked(survey, "scheduler", verdicts)
-    endpoint = f"{scheduler.address}:{scheduler.port}"
+    endpoint = address_port(scheduler.address, scheduler.port)
     reaching = [c for c in survey.connects if c.dst == scheduler.host]
     everyone_fails = bool(reaching) and not any(c.is_ok for c in reaching)
     for host in survey.hosts:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain.errors import UsageError
+from dtrain.inputfiles import InputFile, InputFileError, read_input
 from dtrain.plan.spec import JobPlan
 from dtrain.remote import procs
 
@@ -45,6 +46,7 @@ LAUNCHER_DIED = "launcher_died"
 BASE_RESERVE_BYTES = 64 * 1024
 RESERVE_PER_TASK_BYTES = 2048  # a task's entry in the result, with a long `detail`
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+MAX_JOB_FILE_BYTES = 1 << 30  # a plan of 100k tasks, each with its whole environment
 
 
 class LogDirError(UsageError):
@@ -333,9 +335,12 @@ def launcher_is_gone(launcher: Launcher, host: str) -> bool:
 
 
 def _read_document(job_file: Path) -> dict[str, Any] | None:
+    """A job.json's document; None for anything else under its name (a FIFO would hang
+    `dtrain ps`, /dev/zero fill its memory)."""
     try:
-        document = json.loads(job_file.read_text())
-    except (OSError, ValueError):
+        source = InputFile(job_file, "--log-dir", "job file", "")
+        document = json.loads(read_input(source, MAX_JOB_FILE_BYTES))
+    except (InputFileError, ValueError):
         return None
     return document if isinstance(document, dict) and document.get("dtrain_job") else None
 

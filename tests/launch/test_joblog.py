@@ -144,6 +144,14 @@ def test_a_log_dir_under_a_directory_the_user_cannot_enter_exits_2(
     assert "Traceback" not in result.stderr
 
 
+def test_ps_skips_a_job_file_that_is_a_fifo_instead_of_waiting_on_it(tmp_path: Path) -> None:
+    (tmp_path / "dtrain-logs" / "20261122-143005-3fa2").mkdir(parents=True)
+    os.mkfifo(tmp_path / "dtrain-logs" / "20261122-143005-3fa2" / "job.json")  # no writer
+    result = run_dtrain(["ps", "--json"], tmp_path, timeout_s=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["data"]["launcher_died"] == []
+
+
 def test_a_job_directory_removed_unstarted_takes_its_latest_link_along(tmp_path: Path) -> None:
     paths = joblog.create(tmp_path / "logs", "20261122-143005-3fa2")
     paths.latest.symlink_to(paths.job_id)  # as `populate` points it, before a task started
