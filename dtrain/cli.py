@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 import click
 
 from dtrain import __version__, codecache, render
-from dtrain.errors import DtrainError, ExitCode, Problem, UsageError
+from dtrain.errors import DtrainError, ExitCode, Problem, UsageError, one_line
 from dtrain.inputfiles import InputFile, check_input, read_text_input
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
@@ -1235,33 +1235,33 @@ def json_command(args: Sequence[str]) -> str | None:
     return name if ctx.params.get("as_json") else None
 
 
-def failure(exc: BaseException) -> tuple[int, str, Problem]:
+def failure(exc: BaseException) -> tuple[int, str, list[Problem]]:
     """How an exception that reached `main` is reported: exit code, stderr text, JSON problem."""
     if isinstance(exc, click.NoSuchOption) and exc.option_name == "--debug":
         text = (
             "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
             "or before the -- that starts your command"
         )
-        return ExitCode.USAGE, text, Problem(text.removeprefix("dtrain: "), code="usage")
+        return ExitCode.USAGE, text, [Problem(text.removeprefix("dtrain: "), code="usage")]
     if isinstance(exc, click.ClickException):
         shown = io.StringIO()
         exc.show(shown)
         problem = Problem(exc.format_message(), code="usage")
-        return exc.exit_code, shown.getvalue().rstrip("\n"), problem
+        return exc.exit_code, shown.getvalue().rstrip("\n"), [problem]
     if isinstance(exc, DtrainError):
-        return exc.exit_code, str(exc), exc.to_problems()[0]
+        return exc.exit_code, str(exc), exc.to_problems()
     if isinstance(exc, click.exceptions.Abort):
-        return 130, "dtrain: interrupted", Problem("interrupted", code="interrupted")
+        return 130, "dtrain: interrupted", [Problem("interrupted", code="interrupted")]
     if isinstance(exc, KeyboardInterrupt):
         text = "interrupted before any task started; nothing is running"
-        return 130, f"dtrain: {text}", Problem(text, code="interrupted")
+        return 130, f"dtrain: {text}", [Problem(text, code="interrupted")]
     if isinstance(exc, Terminated):
         text = "stopped by SIGTERM before any task started; nothing is running"
-        return 128 + signal.SIGTERM, f"dtrain: {text}", Problem(text, code="terminated")
-    what = f"internal error: {type(exc).__name__}: {exc}"
+        return 128 + signal.SIGTERM, f"dtrain: {text}", [Problem(text, code="terminated")]
+    what = one_line(f"internal error: {type(exc).__name__}: {exc}")
     hint = "run it again with --debug for the traceback, and report it"
     problem = Problem(what, hint=hint, code="internal")
-    return ExitCode.JOB_FAILED, f"dtrain: {what}\n  hint: {hint}", problem
+    return ExitCode.JOB_FAILED, f"dtrain: {what}\n  hint: {hint}", [problem]
 
 
 def main(argv: Sequence[str] | None = None, interrupted: bool = False) -> None:
@@ -1289,10 +1289,12 @@ def main(argv: Sequence[str] | None = None, interrupted: bool = False) -> None:
         report_failure(args, *failure(exc))
 
 
-def report_failure(args: Sequence[str], exit_code: int, text: str, problem: Problem) -> NoReturn:
+def report_failure(
+    args: Sequence[str], exit_code: int, text: str, problems: Sequence[Problem]
+) -> NoReturn:
     """The text on stderr, and with --json the one document on stdout; exit with `exit_code`."""
     say(f"{text}\n")
     command = json_command(args)
     if command is not None:
-        emit_json(render.envelope(command, exit_code, None, [problem]))
+        emit_json(render.envelope(command, exit_code, None, problems))
     raise SystemExit(exit_code)

@@ -409,7 +409,7 @@ def test_a_reader_that_goes_away_does_not_change_the_jobs_exit_code(tmp_path: Pa
 
 
 def test_an_unexpected_error_is_one_line_and_a_hint_without_debug() -> None:
-    exit_code, text, problem = failure(ZeroDivisionError("integer modulo by zero"))
+    exit_code, text, [problem] = failure(ZeroDivisionError("integer modulo by zero"))
     assert exit_code == 1
     assert text.splitlines() == [
         "dtrain: internal error: ZeroDivisionError: integer modulo by zero",
