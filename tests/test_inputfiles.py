@@ -86,3 +86,18 @@ def test_a_setup_file_is_read_as_utf8_text(tmp_path: Path) -> None:
     assert result.stderr.startswith(
         "dtrain: setup file setup.sh (--setup-file) is not UTF-8 text (invalid start byte)\n"
     )
+
+
+def test_an_ssh_config_that_includes_a_fifo_is_refused_before_ssh_waits_on_it(
+    tmp_path: Path,
+) -> None:
+    os.mkfifo(tmp_path / "cluster.conf")  # nothing ever writes to it
+    (tmp_path / "ssh_config").write_text(f"Include {tmp_path / 'cluster.conf'}\n")
+    (tmp_path / "hosts").write_text("node1\n")
+    args = ["launch", "--dry-run", "-n", "1", "-H", "hosts", "--ssh-config", "ssh_config"]
+    result = run_bounded([*args, "--", "true"], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"dtrain: ssh config {tmp_path / 'cluster.conf'} is a FIFO, not a regular file: "
+        "`ssh -G` would wait on it"
+    )
