@@ -13,7 +13,8 @@ from typing import NoReturn
 
 def main() -> NoReturn:
     held: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not SIG_IGN (`cmd &`)
+        signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     from dtrain import codecache
 
     codecache.install()

@@ -1271,7 +1271,8 @@ def main(argv: Sequence[str] | None = None, interrupted: bool = False) -> None:
     args = hoist_debug(argv if argv is not None else sys.argv[1:])
     debug = bool(args) and args[0] == "--debug"
     signal.signal(signal.SIGTERM, _terminated)  # a launch replaces it once tasks can start
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # Ctrl-C held while loading
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if interrupted:
             raise KeyboardInterrupt

@@ -356,6 +356,21 @@ def test_ctrl_c_while_the_program_loads_is_no_traceback(tmp_path: Path, as_json:
     assert not (tmp_path / "dtrain-logs").exists()
 
 
+def test_a_dtrain_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    """`dtrain launch ... &` from a script: the shell made it immune to Ctrl-C."""
+    result = subprocess.run(
+        [dtrain_argv()[0], "-c", INTERRUPTED_WHILE_LOADING, "launch", "--dry-run", "--", "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("job ")
+
+
 def no_scontrol_env(**slurm: str) -> dict[str, str]:
     """This shell inside a Slurm allocation, with dtrain's own reading of the node list."""
     return {**os.environ, "PATH": "/nonexistent", "SLURM_JOB_ID": "7", **slurm}
