@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import logging
 import math
 import os
 import shlex
 import signal
-import stat
 import sys
 import threading
 import time
@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 import click
 
 from dtrain import __version__, codecache, render
-from dtrain.errors import DtrainError, ExitCode, UsageError
+from dtrain.errors import DtrainError, ExitCode, Problem, UsageError, one_line
+from dtrain.inputfiles import InputFile, check_input, read_text_input
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
 from dtrain.plan import planner
@@ -86,7 +87,7 @@ def hosts_option(func: F) -> F:
         "-H",
         "--hostfile",
         "hostfile",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         help="Hosts file: one [user@]host[:port] [slots=N] per line (see hosts.example). "
         "Without it, everything runs on this machine.",
     )(func)
@@ -97,7 +98,7 @@ def ssh_options(func: F) -> F:
         [
             click.option(
                 "--ssh-config",
-                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                type=click.Path(path_type=Path),  # checked by `inputfiles`, as -H is
                 help="Use only this ssh config file, like ssh -F "
                 "(default: ~/.ssh/config, then /etc/ssh/ssh_config).",
             ),
@@ -132,7 +133,7 @@ def setup_options(func: F) -> F:
             ),
             click.option(
                 "--setup-file",
-                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                type=click.Path(path_type=Path),
                 help="Like --setup, with the commands of this file (after any --setup).",
             ),
         ]
@@ -145,10 +146,8 @@ def read_setup(setup: Sequence[str], setup_file: Path | None) -> tuple[str, ...]
     """--setup commands, then --setup-file's text as one more (its lines run as a script)."""
     commands = [c for c in setup if c.strip()]
     if setup_file is not None:
-        try:
-            text = setup_file.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read --setup-file {setup_file}: {exc}") from None
+        hint = "pass --setup-file FILE with the shell commands to run, or use --setup 'SHELL'"
+        text = read_text_input(InputFile(setup_file, "--setup-file", "setup file", hint))
         if text.strip():
             commands.append(text.rstrip("\n"))
     return tuple(commands)
@@ -325,48 +324,15 @@ def reports_errors_as_json(command: str) -> Callable[[F], F]:
     return decorate
 
 
-MAX_HOSTS_FILE_BYTES = 16 * 1024 * 1024  # far beyond any real cluster's hosts file
-
-
 def read_hosts(path: Path | None) -> tuple[Host, ...]:
     """The hosts file's hosts; a FIFO, a device or a huge file is refused, never read forever."""
     if path is None:
         return ()
-    try:
-        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise UsageError(
-            f"hosts file {path} does not exist",
-            hint="pass -H FILE with one host per line (see hosts.example), "
-            "or leave -H out to run everything on this machine",
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(
-                f"hosts file {path} is not a regular file",
-                hint="pass -H FILE with a plain text file, one host per line",
-            )
-        try:  # a sparse file can claim any size: look before reading, and read no more
-            data = (
-                b""
-                if info.st_size > MAX_HOSTS_FILE_BYTES
-                else stream.read(MAX_HOSTS_FILE_BYTES + 1)
-            )
-        except OSError as exc:
-            raise UsageError(f"cannot read hosts file {path}: {exc.strerror}") from None
-    if info.st_size > MAX_HOSTS_FILE_BYTES or len(data) > MAX_HOSTS_FILE_BYTES:
-        raise UsageError(
-            f"hosts file {path} is larger than {MAX_HOSTS_FILE_BYTES // (1024 * 1024)} MiB",
-            hint="is -H the right file? a hosts file has one short line per machine",
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"hosts file {path} is not UTF-8 text ({exc.reason})") from None
+    hint = (
+        "pass -H FILE, a text file with one host per line (see hosts.example), "
+        "or leave -H out to run everything on this machine"
+    )
+    text = read_text_input(InputFile(path, "-H", "hosts file", hint))
     return parse_hosts(text, str(path))
 
 
@@ -376,6 +342,9 @@ def make_ssh_options(
     connect_timeout: float | None,
     setup: tuple[str, ...] = (),
 ) -> SshOptions:
+    if ssh_config is not None:  # `ssh -G -F FILE` would read a FIFO or /dev/zero forever
+        hint = "pass --ssh-config FILE, an ssh config file (as ssh -F takes)"
+        check_input(InputFile(ssh_config, "--ssh-config", "ssh config", hint))
     return SshOptions(
         config_file=str(ssh_config) if ssh_config else None,
         accept_new_host_keys=accept_new_host_keys,
@@ -497,7 +466,7 @@ class TerminalConsole:
 
     def note(self, message: str) -> None:
         """A `dtrain:` line on stderr (on the console's thread, after what came before)."""
-        line = f"dtrain: {message}\n".encode()
+        line = f"dtrain: {message}\n".encode(errors="backslashreplace")  # a non-UTF-8 path
         self._post(lambda: self._write(self.stderr, [line]))
 
     def _post(self, work: Callable[[], None] | None) -> None:
@@ -545,7 +514,16 @@ class TerminalConsole:
 
 
 def emit_json(document: dict[str, Any]) -> None:
-    click.echo(json.dumps(document, indent=2))
+    with contextlib.suppress(BrokenPipeError):  # a reader that went away changes no exit code
+        click.echo(json.dumps(document, indent=2))
+
+
+def say(text: str) -> None:
+    """dtrain's own text on stderr; a reader that went away (`2>&1 | head -n 1`) changes
+    nothing, least of all the exit code, which is the job's."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 # ---- the group ------------------------------------------------------------------------------
@@ -565,9 +543,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    configure_logging(debug)
+
+
+def configure_logging(debug: bool) -> None:
+    """Warnings read as dtrain's own lines (`dtrain: HOST KEY CHANGED ...`); with --debug,
+    every line also names the module that wrote it."""
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
-        format="dtrain: %(name)s: %(message)s",
+        format="dtrain: %(name)s: %(message)s" if debug else "dtrain: %(message)s",
     )
     # paramiko logs a traceback for each failed handshake that dtrain reports in one line
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)
@@ -704,7 +688,7 @@ def launch(**given: Any) -> None:
         result = run.run()
     finally:
         console.close()  # its notes before the result, or the error
-    sys.stderr.write(render.result_text(result))
+    say(render.result_text(result))
     if flags.as_json:
         data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
         emit_json(render.envelope("launch", result.exit_code, data, result.problems()))
@@ -1212,17 +1196,17 @@ def hoist_debug(args: Sequence[str]) -> list[str]:
     return ["--debug", *rest]
 
 
-def run() -> NoReturn:
+def run(interrupted: bool = False) -> NoReturn:
     """The `dtrain` program: `main`, then out at once, without tearing the interpreter down
     (once the record methods this run compiled are kept for the next: `codecache`).
 
     That teardown (garbage collection over every module's objects, then freeing them:
     paramiko, cryptography, click) took 40-65 ms after each command had done its work, before
     the shell got its prompt back. Nothing needs it: task logs and job records are written
-    with os-level calls and closed, and connections are closed, before `main` returns. An
-    unexpected exception still leaves the ordinary way, with its traceback."""
+    with os-level calls and closed, and connections are closed, before `main` returns. With
+    --debug, an unexpected exception still leaves the ordinary way, with its traceback."""
     try:
-        main()
+        main(interrupted=interrupted)
         code = 0
     except SystemExit as exc:
         code = exit_status(exc.code)
@@ -1246,40 +1230,83 @@ def exit_status(code: object) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Every error is a message and an exit code, never a traceback (`run` is the program)."""
+def json_command(args: Sequence[str]) -> str | None:
+    """The command whose `--json` this command line asks for, read as click reads it (unknown
+    options and bad values passed over), so that even a usage error is one JSON document."""
+    position = next((i for i, word in enumerate(args) if not word.startswith("-")), None)
+    if position is None or args[position] not in cli.commands:
+        return None  # before the command's name come only the group's flags (--debug)
+    name, rest = args[position], list(args[position + 1 :])
+    try:
+        ctx = cli.commands[name].make_context(
+            name, rest, resilient_parsing=True, ignore_unknown_options=True
+        )
+    except click.ClickException:
+        return None
+    return name if ctx.params.get("as_json") else None
+
+
+def failure(exc: BaseException) -> tuple[int, str, list[Problem]]:
+    """How an exception that reached `main` is reported: exit code, stderr text, JSON problem."""
+    if isinstance(exc, click.NoSuchOption) and exc.option_name == "--debug":
+        text = (
+            "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
+            "or before the -- that starts your command"
+        )
+        return ExitCode.USAGE, text, [Problem(text.removeprefix("dtrain: "), code="usage")]
+    if isinstance(exc, click.ClickException):
+        shown = io.StringIO()
+        exc.show(shown)
+        problem = Problem(exc.format_message(), code="usage")
+        return exc.exit_code, shown.getvalue().rstrip("\n"), [problem]
+    if isinstance(exc, DtrainError):
+        return exc.exit_code, str(exc), exc.to_problems()
+    if isinstance(exc, click.exceptions.Abort):
+        return 130, "dtrain: interrupted", [Problem("interrupted", code="interrupted")]
+    if isinstance(exc, KeyboardInterrupt):
+        text = "interrupted before any task started; nothing is running"
+        return 130, f"dtrain: {text}", [Problem(text, code="interrupted")]
+    if isinstance(exc, Terminated):
+        text = "stopped by SIGTERM before any task started; nothing is running"
+        return 128 + signal.SIGTERM, f"dtrain: {text}", [Problem(text, code="terminated")]
+    what = one_line(f"internal error: {type(exc).__name__}: {exc}")
+    hint = "run it again with --debug for the traceback, and report it"
+    problem = Problem(what, hint=hint, code="internal")
+    return ExitCode.JOB_FAILED, f"dtrain: {what}\n  hint: {hint}", [problem]
+
+
+def main(argv: Sequence[str] | None = None, interrupted: bool = False) -> None:
+    """Every error is a message and an exit code, never a traceback (`run` is the program);
+    with --json, also exactly one JSON document on stdout. `interrupted`: Ctrl-C came while
+    the program was loading (`__main__`)."""
     args = hoist_debug(argv if argv is not None else sys.argv[1:])
     debug = bool(args) and args[0] == "--debug"
     signal.signal(signal.SIGTERM, _terminated)  # a launch replaces it once tasks can start
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # Ctrl-C held while loading
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if interrupted:
+            raise KeyboardInterrupt
         cli.main(args=args, prog_name="dtrain", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.stderr.write("dtrain: interrupted\n")
-        raise SystemExit(130) from None
-    except click.NoSuchOption as exc:
-        if exc.option_name != "--debug":
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        sys.stderr.write(
-            "dtrain: --debug goes before the command's name (dtrain --debug launch ...), "
-            "or before the -- that starts your command\n"
-        )
-        raise SystemExit(ExitCode.USAGE) from None
-    except click.ClickException as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code) from None
     except JsonFailure as exc:
         raise SystemExit(exc.exit_code) from None
-    except DtrainError as exc:
-        if debug:
-            raise
-        sys.stderr.write(f"{exc}\n")
-        raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        sys.stderr.write("dtrain: interrupted before any task started; nothing is running\n")
-        raise SystemExit(130) from None
-    except Terminated:
-        sys.stderr.write("dtrain: stopped by SIGTERM before any task started; nothing is running\n")
-        raise SystemExit(128 + signal.SIGTERM) from None
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away: there is no one left to tell
         raise SystemExit(ExitCode.JOB_FAILED) from None
+    except Exception as exc:  # Abort is click's Ctrl-C; Terminated, SIGTERM
+        expected = isinstance(exc, click.ClickException | click.exceptions.Abort | Terminated)
+        if debug and not expected:
+            raise
+        report_failure(args, *failure(exc))
+    except KeyboardInterrupt as exc:
+        report_failure(args, *failure(exc))
+
+
+def report_failure(
+    args: Sequence[str], exit_code: int, text: str, problems: Sequence[Problem]
+) -> NoReturn:
+    """The text on stderr, and with --json the one document on stdout; exit with `exit_code`."""
+    say(f"{text}\n")
+    command = json_command(args)
+    if command is not None:
+        emit_json(render.envelope(command, exit_code, None, problems))
+    raise SystemExit(exit_code)

@@ -29,6 +29,15 @@ def signal_exit_code(signum: int) -> int:
 
 MAX_NAMED = 3  # hosts named in a grouped line before "and N more"
 
+# C0 and C1 control characters, DEL too, as Python escapes them: \n, \t, \x1b, \x85.
+CONTROL_ESCAPES = {code: repr(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped: a job id or a command line someone else
+    chose (any process's argv, any DTRAIN_JOB_ID) stays one line, and cannot move the cursor."""
+    return text.translate(CONTROL_ESCAPES)
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -84,7 +93,7 @@ def problem_lines(problems: Sequence[Problem]) -> list[str]:
     for group in group_problems(problems):
         first = group[0]
         if len(group) == 1:
-            named = not first.host or first.message.startswith(first.host)
+            named = not first.host or first.message.lstrip("[").startswith(first.host)
             where = "" if named else f"{first.host}: "
             lines.append(f"  {where}{first.message}")
             hint = first.hint

@@ -227,3 +227,21 @@ def test_a_long_value_every_task_shares_is_shown_once_in_the_dry_run() -> None:
     assert f"PADDLE_TRAINER_ENDPOINTS=<as {first}>" in text
     short = p.tasks[1].env["PADDLE_TRAINER_ID"]
     assert f"PADDLE_TRAINER_ID={short}" in text  # short values are always shown
+
+
+def test_ps_shows_what_dead_launchers_left_and_counts_the_older_ones_that_left_nothing() -> None:
+    from dtrain.processes.launcher import DeadLauncherJob, Launcher
+    from dtrain.processes.results import HostScan, JobProcess
+    from dtrain.render.processes import ps_text
+
+    dead = [
+        DeadLauncherJob(f"J{i}", f"logs/J{i}", Launcher(pid=100 + i, host="h")) for i in range(9)
+    ]
+    left = JobProcess.from_agent({"pid": 7, "tags": {"DTRAIN_JOB_ID": "J0"}}, now=0.0)
+    lines = ps_text([HostScan("h", (left,), is_local=True)], dead).splitlines()
+    start = lines.index("9 jobs whose launcher died (job.json says launcher_died):")
+    shown = [line.split(":")[0].strip() for line in lines[start + 1 : -1]]
+    assert shown == ["job J0", "job J4", "job J5", "job J6", "job J7", "job J8"]
+    assert lines[-1] == (
+        "  and 3 older jobs with no process left (dtrain ps --json lists every one)"
+    )

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from dtrain.doctor import parity
-from dtrain.errors import ExitCode, Problem
+from dtrain.errors import ExitCode, Problem, one_line
 from dtrain.plan.frameworks import MANAGED_VARS
-from dtrain.plan.hosts import is_loopback
+from dtrain.plan.hosts import address_port, is_loopback
 from dtrain.plan.planner import workdir_on
 from dtrain.plan.spec import Framework
 from dtrain.processes.results import HostScan, JobProcess, duration_text
@@ -38,6 +38,7 @@ CHECKS = (
 QUICK_CHECKS = ("ssh", "scheduler", "stale")  # what `dtrain launch` runs before starting
 
 SLOW_CONNECT_S = 2.0
+PRIVILEGED_PORTS = 1024  # Linux's net.ipv4.ip_unprivileged_port_start, by default
 CLOCK_SKEW_WARN_S = 1.0
 MAX_LISTED = 8
 PORT_RANGE_TEXT = "10000-49999"  # where ps-lite's servers and workers bind
@@ -100,7 +101,7 @@ class Connect:
         return self.error or "failed"
 
     def text(self) -> str:
-        return f"{self.src} → {self.dst}:{self.port}: {self.how}"
+        return f"{self.src} → {address_port(self.dst, self.port)}: {self.how}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +222,9 @@ def judge(survey: Survey, checks: Sequence[str] = CHECKS) -> tuple[CheckResult, 
     results = []
     for host in survey.hosts:
         for check in checks:
-            results.append(by_check[check][host.name])
+            result = by_check[check][host.name]  # each one line, whatever a host reported
+            hint = one_line(result.hint) if result.hint is not None else None
+            results.append(replace(result, detail=one_line(result.detail), hint=hint))
     return tuple(results)
 
 
@@ -640,7 +643,7 @@ def judge_scheduler(survey: Survey) -> Verdicts:
                     "scheduler", host.name, Status.SKIP, "the scheduler's host was not reached"
                 )
         return _unchecked(survey, "scheduler", verdicts)
-    endpoint = f"{scheduler.address}:{scheduler.port}"
+    endpoint = address_port(scheduler.address, scheduler.port)
     reaching = [c for c in survey.connects if c.dst == scheduler.host]
     everyone_fails = bool(reaching) and not any(c.is_ok for c in reaching)
     for host in survey.hosts:
@@ -702,8 +705,24 @@ def _scheduler_host_verdict(survey: Survey, scheduler: Scheduler, endpoint: str)
         scheduler.host,
         Status.FAIL,
         f"the scheduler cannot listen on {endpoint}: {scheduler.listen_error}",
-        "pass --host-ip with an address of this machine that the hosts reach",
+        _listen_hint(scheduler),
     )
+
+
+def _listen_hint(scheduler: Scheduler) -> str:
+    """What to do when the scheduler's address and port cannot be bound, by why not."""
+    error = (scheduler.listen_error or "").lower()
+    if "permission" in error and scheduler.port < PRIVILEGED_PORTS:
+        return (
+            f"ports below {PRIVILEGED_PORTS} need root: pass --port {PRIVILEGED_PORTS} or "
+            "above, or leave --port out for a free one"
+        )
+    if "assign" in error:
+        return (
+            f"{scheduler.address} is not an address of {scheduler.host}: pass --host-ip "
+            f"with one of {scheduler.host}'s addresses that every host reaches, or leave it out"
+        )
+    return "pass --host-ip and --port with an address and port the scheduler can listen on"
 
 
 def _holder_text(holder: Mapping[str, Any], now: float) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain.errors import UsageError
+from dtrain.inputfiles import InputFile, InputFileError, read_input
 from dtrain.plan.spec import JobPlan
 from dtrain.remote import procs
 
@@ -45,6 +46,7 @@ LAUNCHER_DIED = "launcher_died"
 BASE_RESERVE_BYTES = 64 * 1024
 RESERVE_PER_TASK_BYTES = 2048  # a task's entry in the result, with a long `detail`
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+MAX_JOB_FILE_BYTES = 1 << 30  # a plan of 100k tasks, each with its whole environment
 
 
 class LogDirError(UsageError):
@@ -112,8 +114,9 @@ def create(root: Path, job_id: str) -> JobPaths:
     Called before any host is connected, so a log directory that cannot be made (a file in the
     way, read-only, /proc, a full disk) starts nothing.
     """
-    paths = JobPaths(root, job_id, made=tuple(p for p in (root, *root.parents) if not p.exists()))
-    try:
+    try:  # even asking whether a directory exists fails under one the user cannot enter
+        made = tuple(p for p in (root, *root.parents) if not p.exists())
+        paths = JobPaths(root, job_id, made=made)
         root.mkdir(parents=True, exist_ok=True)
         paths.dir.mkdir(mode=DIR_MODE)
     except OSError as exc:
@@ -128,8 +131,12 @@ def create(root: Path, job_id: str) -> JobPaths:
 
 
 def remove(paths: JobPaths) -> None:
-    """Remove a job directory that never ran a task (the launch failed before starting any)."""
+    """Remove a job directory that never ran a task (the launch failed before starting any),
+    and `latest` if it points there: a link to nothing would be all that is left of it."""
     shutil.rmtree(paths.dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        if os.readlink(paths.latest) == paths.job_id:
+            paths.latest.unlink()
     for made in paths.made:
         with contextlib.suppress(OSError):
             made.rmdir()  # only if still empty: another job may have started there meanwhile
@@ -328,9 +335,12 @@ def launcher_is_gone(launcher: Launcher, host: str) -> bool:
 
 
 def _read_document(job_file: Path) -> dict[str, Any] | None:
+    """A job.json's document; None for anything else under its name (a FIFO would hang
+    `dtrain ps`, /dev/zero fill its memory)."""
     try:
-        document = json.loads(job_file.read_text())
-    except (OSError, ValueError):
+        source = InputFile(job_file, "--log-dir", "job file", "")
+        document = json.loads(read_input(source, MAX_JOB_FILE_BYTES))
+    except (InputFileError, ValueError):
         return None
     return document if isinstance(document, dict) and document.get("dtrain_job") else None
 

@@ -295,8 +295,6 @@ class Launch:
                 job_file = self._prepare_log_dir(paths, _engine_record(hosts))
                 phase("log dir and job.json")
                 self.log_dir = paths.dir
-                if self.on_planned is not None:
-                    self.on_planned(self.plan, self.log_dir)
                 from dtrain.agents import ops
                 from dtrain.launch.supervise import Supervisor, SupervisorOptions
 
@@ -316,7 +314,9 @@ class Launch:
                         ),
                         stacks=self._stack_taker(sessions),
                     )
-                    started = True
+                    started = True  # from here on the job's directory stays: announce it
+                    if self.on_planned is not None:
+                        self.on_planned(self.plan, self.log_dir)
                     ops.start(sessions, REQUEST_TIMEOUT_S).raise_if_failed(
                         "starting the tasks", outcome="the tasks that did start were stopped"
                     )

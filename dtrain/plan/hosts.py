@@ -21,6 +21,17 @@ from dataclasses import dataclass, field, replace
 
 from dtrain.errors import HostsFileError
 
+
+def bracketed(address: str) -> str:
+    """An IPv6 address in brackets (`[::1]`), so that a port after it reads as a port."""
+    return f"[{address}]" if ":" in address else address
+
+
+def address_port(address: str, port: int | str) -> str:
+    """`node1:22`, `[::1]:2421`: as ssh and URLs write an address with its port."""
+    return f"{bracketed(address)}:{port}"
+
+
 FORMAT_HINT = "write one host per line as [user@]host[:port] [slots=N]; see hosts.example"
 DUPLICATE_HINT = "list each host once; use slots=N to run several tasks on it"
 MAX_SLOTS = 4096
@@ -66,7 +77,7 @@ class Host:
         name = self.name.lower()
         if self.port is None:
             return name
-        return f"[{name}]:{self.port}" if ":" in name else f"{name}:{self.port}"
+        return address_port(name, self.port)
 
     @property
     def display(self) -> str:
@@ -74,8 +85,7 @@ class Host:
         where another host of the job has the same name (`worker.1@node1:2202`)."""
         if not self.show_port or self.port is None:
             return self.name
-        name = f"[{self.name}]" if ":" in self.name else self.name
-        return f"{name}:{self.port}"
+        return address_port(self.name, self.port)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -150,10 +160,9 @@ def check_same_targets(hosts: Sequence[Host], targets: Sequence[tuple[str, int, 
         if seen is host:
             continue
         where = f" on line {seen.origin.line}" if seen.origin is not None else ""
-        shown = f"[{hostname}]" if ":" in hostname else hostname
         raise HostsFileError(
             f'duplicate host: "{_spec_text(host)}" and "{_spec_text(seen)}"{where} both reach '
-            f"{user}@{shown}:{port}",
+            f"{user}@{address_port(hostname, port)}",
             location=str(host.origin) if host.origin is not None else None,
             hint=DUPLICATE_HINT,
         )
@@ -279,7 +288,7 @@ def _shown(text: str) -> str:
 
 
 def _spec_text(host: Host) -> str:
-    name = f"[{host.name}]" if ":" in host.name else host.name
+    name = bracketed(host.name)
     text = f"{host.user}@{name}" if host.user else name
     return f"{text}:{host.port}" if host.port is not None else text
 

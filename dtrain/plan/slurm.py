@@ -145,6 +145,11 @@ def expand_counts(text: str, expected: int) -> tuple[int, ...]:
             f'{TASKS_PER_NODE_VAR}="{text}" counts {len(counts)} node(s), the node list {expected}',
             hint="run dtrain inside the allocation whose variables these are",
         )
+    if not any(counts):  # no node has a slot: there is nowhere to place a task
+        raise UsageError(
+            f'{TASKS_PER_NODE_VAR}="{text}" gives no node a task',
+            hint="run dtrain inside an allocation with at least one task (salloc -n N)",
+        )
     return tuple(counts)
 
 

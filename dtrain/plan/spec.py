@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from dtrain.errors import UsageError
-from dtrain.plan.hosts import Host
+from dtrain.plan.hosts import Host, address_port
 
 
 class Framework(str, Enum):
@@ -59,8 +59,7 @@ class Endpoint:
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"{host}:{self.port}"
+        return address_port(self.address, self.port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dtrain.errors import Problem
+from dtrain.errors import Problem, one_line
 from dtrain.plan.spec import JobPlan
 
 if TYPE_CHECKING:  # a job's results load with its supervisor, after the first connection
@@ -197,7 +197,8 @@ def plan_text(plan: JobPlan, note: str | None = None) -> str:
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows as aligned columns; the last column is left ragged."""
+    """Rows as aligned columns, each cell one line; the last column is left ragged."""
+    rows = [[one_line(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:

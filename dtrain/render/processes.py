@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from dtrain.errors import one_line
 from dtrain.processes.launcher import DeadLauncherJob
 from dtrain.processes.results import Fate, HostKill, HostScan, JobProcess
 from dtrain.processes.results import duration_text as duration_text  # re-exported for callers
@@ -11,6 +12,7 @@ from dtrain.processes.stackgroups import StacksReport, summary_lines
 from dtrain.render import clock, table
 
 MAX_COMMAND_CHARS = 160
+MAX_QUIET_DEAD_SHOWN = 5  # jobs whose launcher died and that left nothing, newest first
 FATE_TEXT = {
     Fate.LISTED: "-",
     Fate.TERM: "SIGTERM",
@@ -47,11 +49,19 @@ def _left(job: DeadLauncherJob, scans: Sequence[HostScan]) -> int:
 
 
 def dead_launcher_lines(dead: Sequence[DeadLauncherJob], scans: Sequence[HostScan]) -> list[str]:
-    """One line per job whose launcher died: which launcher, and whether anything is left."""
+    """One line per job whose launcher died: which launcher, and whether anything is left.
+
+    Every one that left processes, and the newest `MAX_QUIET_DEAD_SHOWN` that left none; the
+    older quiet ones as a count (`--json` lists them all): a log directory keeps every job
+    ever killed, and `ps` is for what needs doing now."""
     if not dead:
         return []
+    quiet = [job for job in dead if not _left(job, scans)]
+    hidden = {job.job_id for job in quiet[: max(0, len(quiet) - MAX_QUIET_DEAD_SHOWN)]}
     lines = [f"{_count(len(dead), 'job')} whose launcher died (job.json says launcher_died):"]
     for job in dead:
+        if job.job_id in hidden:
+            continue
         launcher = job.launcher
         started = f", started {clock(job.started_at)}" if job.started_at else ""
         left = _left(job, scans)
@@ -61,8 +71,15 @@ def dead_launcher_lines(dead: Sequence[DeadLauncherJob], scans: Sequence[HostSca
             else "no process left"
         )
         lines.append(
-            f"  job {job.job_id}: launcher died (pid {launcher.pid} on {launcher.host}"
-            f"{started}); {tail}; logs in {job.log_dir}/"
+            one_line(
+                f"  job {job.job_id}: launcher died (pid {launcher.pid} on {launcher.host}"
+                f"{started}); {tail}; logs in {job.log_dir}/"
+            )
+        )
+    if hidden:
+        lines.append(
+            f"  and {_count(len(hidden), 'older job')} with no process left "
+            "(dtrain ps --json lists every one)"
         )
     return lines
 
@@ -131,7 +148,7 @@ def _job_tables(
         if job is None:
             lines.append("  no dtrain job id (DMLC_ROLE set: started by hand, launch.py or BytePS)")
         else:
-            lines.append(f"  job {job}")
+            lines.append(f"  job {one_line(job)}")
         header_line, *rows = table([header, *(row(p) for p in processes)])
         lines.append(f"    {header_line}")
         for proc, text in zip(processes, rows, strict=True):

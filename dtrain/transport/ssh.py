@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import Problem, UsageError
-from dtrain.plan.hosts import Host, check_same_targets
+from dtrain.plan.hosts import Host, address_port, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
 from dtrain.transport.dial import MAX_PARALLEL_CONNECTS, Dialling, dial
@@ -64,7 +64,7 @@ class SshTarget:
 
     @property
     def display(self) -> str:
-        return f"{self.hostname}:{self.port}"
+        return address_port(self.hostname, self.port)
 
     @property
     def silence_limit_s(self) -> float | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dtrain import usercache
+from dtrain.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +181,11 @@ def _file_text(path: str, add: Callable[..., None]) -> str | None:
     except FileNotFoundError:
         add("absent", path)
         return None
+    if stat.S_ISFIFO(info.st_mode):  # `ssh -G` would wait on it until its timeout
+        raise UsageError(
+            f"ssh config {path} is a FIFO, not a regular file: `ssh -G` would wait on it",
+            hint="point that Include (or --ssh-config) at a regular file",
+        )
     if info.st_size > MAX_FILE_BYTES or not stat.S_ISREG(info.st_mode):
         add("other", path, info.st_mode, info.st_size)
         return None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from dtrain.doctor.judge import (
     CHECKS,
@@ -218,6 +221,15 @@ def test_a_job_that_is_still_supervised_is_another_running_job_and_only_warns() 
     assert "if it should not run, stop it: dtrain kill -H hosts --job job-3" in (warned.hint or "")
 
 
+def test_a_job_id_and_a_command_line_with_newlines_stay_one_line() -> None:
+    odd = replace(stale_process(50, "job\nforged: PASS", orphaned=False), argv=("sh", "-c", "a\nb"))
+    results = judge(survey(host("here", is_local=True), host("h1", scan=HostScan("h1", (odd,)))))
+    warned = verdict(results, "stale", "h1")
+    assert "\n" not in warned.detail and "\n" not in (warned.hint or "")
+    assert warned.detail.startswith("another job is running here (job\\nforged: PASS)")
+    assert "sh -c 'a\\nb'" in warned.detail
+
+
 def test_loopback_address_fails_when_the_job_spans_machines() -> None:
     results = judge(survey(host("here", is_local=True), host("h1", advertised="127.0.0.1")))
     assert verdict(results, "address", "h1").status is Status.FAIL
@@ -238,6 +250,44 @@ def test_scheduler_port_in_use_names_the_holder_and_its_kill_line() -> None:
     assert failed.status is Status.FAIL
     assert "pid 99, age 30s, job old-job, DMLC_ROLE=scheduler: python t.py" in failed.detail
     assert failed.hint == "stop it: dtrain kill --job old-job"
+
+
+@pytest.mark.parametrize(
+    ("address", "port", "error", "hint"),
+    [
+        (
+            "127.0.0.1",
+            1,
+            "permission denied",
+            "ports below 1024 need root: pass --port 1024 or above, or leave --port out for a "
+            "free one",
+        ),
+        (
+            "192.0.2.7",
+            9091,
+            "cannot assign requested address",
+            "192.0.2.7 is not an address of here: pass --host-ip with one of here's addresses "
+            "that every host reaches, or leave it out",
+        ),
+        (
+            "fd00::7",
+            9091,
+            "cannot assign requested address",
+            "fd00::7 is not an address of here: pass --host-ip with one of here's addresses "
+            "that every host reaches, or leave it out",
+        ),
+    ],
+)
+def test_a_scheduler_that_cannot_listen_gets_the_hint_for_its_reason(
+    address: str, port: int, error: str, hint: str
+) -> None:
+    scheduler = Scheduler("here", address, port, True, error)
+    results = judge(survey(host("here", is_local=True), scheduler=scheduler))
+    failed = verdict(results, "scheduler", "here")
+    assert failed.status is Status.FAIL
+    shown = f"[{address}]" if ":" in address else address
+    assert failed.detail == f"the scheduler cannot listen on {shown}:{port}: {error}"
+    assert failed.hint == hint
 
 
 def test_report_text_is_a_table_then_the_findings_worst_first() -> None:

@@ -8,8 +8,11 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import stat
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dtrain.launch import joblog
 from dtrain.launch.joblog import RESERVE_FILE, launcher_is_gone, this_launcher
 from dtrain.processes.launcher import Launcher
 from tests.conftest import (
     PYTHON,
+    ROOT,
     dtrain_argv,
     job_pids,
     program,
@@ -94,6 +99,65 @@ def test_a_log_dir_that_cannot_be_made_exits_2_before_any_host_is_connected(
             assert result.stderr.startswith(f"dtrain: {message}\n  hint: "), result.stderr
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "dtrain-logs").exists()
+
+
+# Root enters any directory, whatever its mode: a user who cannot is played by `nobody`, with
+# the system's python (root's own interpreter may live where nobody can read it).
+SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@pytest.fixture
+def as_nobody() -> Iterator[tuple[list[str], Path]]:
+    """(argv prefix running dtrain as nobody, a scratch directory nobody may use)."""
+    if not IS_ROOT or shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("needs root, setpriv and the system's python of this version")
+    scratch = Path(tempfile.mkdtemp(prefix="dtrain-nobody-"))
+    scratch.chmod(0o777)
+    paths = [str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))]
+    argv = [
+        *("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"),
+        *("env", f"HOME={scratch}", f"PYTHONPATH={os.pathsep.join(paths)}"),
+        *(SYSTEM_PYTHON, "-m", "dtrain"),
+    ]
+    try:
+        yield argv, scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_log_dir_under_a_directory_the_user_cannot_enter_exits_2(
+    as_nobody: tuple[list[str], Path], as_json: bool
+) -> None:
+    argv, scratch = as_nobody
+    (scratch / "locked").mkdir(mode=0o700)  # root's: nobody may not even look inside
+    flags = ["--json"] if as_json else []
+    args = ["launch", *flags, "-n", "1", "-s", "0", "--log-dir", "locked/logs", "--", "true"]
+    result = subprocess.run([*argv, *args], cwd=scratch, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    message = "cannot create log directory locked/logs (--log-dir): Permission denied"
+    if as_json:
+        document = json.loads(result.stdout)
+        assert document["exit_code"] == 2 and document["errors"][0]["message"] == message
+    else:
+        assert result.stderr.startswith(f"dtrain: {message}\n  hint: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_ps_skips_a_job_file_that_is_a_fifo_instead_of_waiting_on_it(tmp_path: Path) -> None:
+    (tmp_path / "dtrain-logs" / "20261122-143005-3fa2").mkdir(parents=True)
+    os.mkfifo(tmp_path / "dtrain-logs" / "20261122-143005-3fa2" / "job.json")  # no writer
+    result = run_dtrain(["ps", "--json"], tmp_path, timeout_s=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["data"]["launcher_died"] == []
+
+
+def test_a_job_directory_removed_unstarted_takes_its_latest_link_along(tmp_path: Path) -> None:
+    paths = joblog.create(tmp_path / "logs", "20261122-143005-3fa2")
+    paths.latest.symlink_to(paths.job_id)  # as `populate` points it, before a task started
+    joblog.remove(paths)
+    assert not paths.latest.is_symlink()
+    assert not (tmp_path / "logs").exists()
 
 
 def test_a_launch_that_starts_nothing_leaves_no_log_directory_behind(workdir: Path) -> None:

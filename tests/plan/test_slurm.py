@@ -85,6 +85,12 @@ def test_task_counts_that_disagree_with_the_node_list_are_refused(text: str, nod
         slurm.expand_counts(text, nodes)
 
 
+def test_an_allocation_with_no_task_anywhere_is_refused_and_one_empty_node_is_not() -> None:
+    with pytest.raises(UsageError, match=r'SLURM_TASKS_PER_NODE="0\(x2\)" gives no node a task'):
+        slurm.expand_counts("0(x2)", 2)
+    assert slurm.expand_counts("1,0", 2) == (1, 0)
+
+
 def test_the_allocation_becomes_hosts_with_its_tasks_as_slots() -> None:
     env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "h[1-2]", "SLURM_TASKS_PER_NODE": "2,1"}
     assert slurm.in_allocation(env)
