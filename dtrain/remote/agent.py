@@ -697,8 +697,7 @@ class Agent:
 
     def spawn(self, task):
         setpriv = _resolve_spawn()
-        env = dict(os.environ)
-        env.update(task.env)
+        env = task_environment(os.environ, task.env)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -930,6 +929,18 @@ class Agent:
         task.detail = watch.last_line.decode("utf-8", "replace")
         self.signal_tasks([task], signal.SIGTERM)
         task.kill_at = now + self.grace_s
+
+
+MANAGED_VARS = frozenset(name for names in proto.MANAGED_VARS.values() for name in names)
+
+
+def task_environment(inherited, planned):
+    """What a task runs with: the environment it inherits (the launcher's on this machine, the
+    login environment elsewhere) without any variable dtrain manages for any framework, then
+    the plan's variables. A stale rank or address from that environment never passes."""
+    env = {key: value for key, value in inherited.items() if key not in MANAGED_VARS}
+    env.update(planned)
+    return env
 
 
 def check_runnable(task):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dtrain.remote import procs
+from dtrain.remote import procs, proto
 from tests.conftest import (
     PYTHON,
     dtrain_argv,
@@ -458,6 +458,33 @@ def test_environment_of_the_launching_shell_reaches_local_tasks(workdir: Path) -
     line = next(x for x in result.stdout.splitlines() if x.startswith("[worker.0]"))
     document = json.loads(line.split("] ", 1)[1])
     assert document["env"] == {"PS_VERBOSE": "1", "MY_SETTING": "kept", "DMLC_ROLE": "worker"}
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["-n", "1", "-s", "1"],
+        ["--framework", "torch", "-n", "2"],
+        ["--framework", "tf", "-n", "1", "-s", "1"],
+        ["--framework", "paddle", "-n", "2"],
+        ["--framework", "paddle", "-n", "1", "-s", "1"],
+    ],
+    ids=["dmlc", "torch", "tf", "paddle", "paddle-ps"],
+)
+def test_no_variable_dtrain_manages_leaks_from_the_launchers_environment(
+    workdir: Path, layout: list[str]
+) -> None:
+    managed = sorted({name for names in proto.MANAGED_VARS.values() for name in names})
+    env = dict(os.environ, **{name: "stale" for name in managed})
+    names = ",".join(managed)
+    command = ["launch", *layout, "--", PYTHON, program("print_env.py"), names]
+    result = run_dtrain(command, workdir, env=env)
+    assert result.returncode == 0, result.stderr
+    planned = {t["name"]: t["env"] for t in job_json(workdir)["plan"]["tasks"]}
+    for name, task_env in planned.items():
+        line = (log_dir_of(workdir) / f"{name}.log").read_text().splitlines()[0]
+        seen = json.loads(line)["env"]
+        assert seen == {k: v for k, v in task_env.items() if k in managed}, name
 
 
 def test_a_reader_that_goes_away_silences_output_but_not_the_job(workdir: Path) -> None:

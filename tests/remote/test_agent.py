@@ -23,7 +23,7 @@ from dtrain.agents.session import AgentEvent, AgentSession, LinkClosed
 from dtrain.plan.hosts import local_host
 from dtrain.plan.spec import Role, TaskSpec
 from dtrain.remote import proto
-from dtrain.remote.agent import exec_format_problem, find_setpriv, spawn_argv
+from dtrain.remote.agent import exec_format_problem, find_setpriv, spawn_argv, task_environment
 from dtrain.transport.local import LocalLink
 from tests.conftest import (
     PYTHON,
@@ -619,3 +619,9 @@ def test_a_streaming_task_is_read_in_bursts_and_a_quiet_one_line_by_line(agent: 
     frames = [e for e in events if e.task == 0 and e.kind == proto.STDOUT]
     assert len(frames) < writes / 4
     assert len([e for e in events if e.task == 1 and e.kind == proto.STDOUT]) > 1
+
+
+def test_a_task_inherits_no_managed_variable_of_any_framework_but_gets_the_plans() -> None:
+    inherited = {"PATH": "/bin", "RANK": "7", "TF_CONFIG": "{}", "DMLC_WORKER_ID": "3"}
+    env = task_environment(inherited, {"RANK": "0", "DTRAIN_TASK": "worker.0"})
+    assert env == {"PATH": "/bin", "RANK": "0", "DTRAIN_TASK": "worker.0"}
