@@ -487,6 +487,24 @@ def test_no_variable_dtrain_manages_leaks_from_the_launchers_environment(
         assert seen == {k: v for k, v in task_env.items() if k in managed}, name
 
 
+# A daemon that leaves its task's process group and drops the job's tag on its way out.
+DAEMON = 'setsid env -i sleep 1000 & echo "$!" > daemon.pid; sleep 0.5; exit {code}'
+
+
+@pytest.mark.parametrize("code", [3, 0], ids=["task-fails", "task-ends"])
+def test_a_daemon_that_left_its_group_and_tag_is_stopped_with_the_job(
+    workdir: Path, code: int
+) -> None:
+    command = ["launch", "--framework", "torch", "-n", "1", "--grace", "1"]
+    result = run_dtrain([*command, "--", "bash", "-c", DAEMON.format(code=code)], workdir)
+    daemon = int((workdir / "daemon.pid").read_text())
+    left = wait_gone([daemon], 10.0)
+    if left:
+        os.kill(daemon, signal.SIGKILL)  # the test's own leftover: by its pid
+    assert result.returncode == code, result.stderr
+    assert not left, f"the daemon {daemon} outlived its job"
+
+
 def test_a_reader_that_goes_away_silences_output_but_not_the_job(workdir: Path) -> None:
     command = " ".join(
         shlex.quote(arg)
