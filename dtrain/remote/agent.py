@@ -270,7 +270,8 @@ class Task:
         self.argv = spec[proto.TASK_ARGV]
         self.env = spec[proto.TASK_ENV]
         self.cwd = spec[proto.TASK_CWD]
-        self.script = spec.get(proto.TASK_SCRIPT)  # the file a python command runs, if any
+        self.script = spec.get(proto.TASK_SCRIPT)  # the file a python or shell command runs
+        self.script_on_path = bool(spec.get(proto.TASK_SCRIPT_ON_PATH))
         self.proc = None
         self.pgid = None
         self.start_ticks = 0  # when it started, in clock ticks since boot
@@ -728,6 +729,10 @@ class Agent:
     # ---- tasks -----------------------------------------------------------------------------
 
     def spawn(self, task):
+        note = gpu_note(task.env)
+        if note is not None:
+            message = {proto.NOTICE_MESSAGE: "%s: %s" % (task.name, note)}
+            self.send(proto.encode_json(proto.NOTICE, message, task.id))
         setpriv = _resolve_spawn()
         env = task_environment(os.environ, task.env)
         out_r, out_w = os.pipe()
@@ -1059,13 +1064,54 @@ def check_runnable(task):
             "add a #! line naming its interpreter, or put the interpreter first: "
             "-- python3 %s (or -- sh %s)" % (program, program),
         )
-    if task.script and not os.path.exists(os.path.join(task.cwd, task.script)):
+    if task.script and script_missing(task):
         return (
             "%s: no such file in %s" % (task.script, task.cwd),
             "check the script's path (it is resolved in the task's working directory), "
             "or copy it there with --sync-dst-dir",
         )
     return None
+
+
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one entry per GPU the driver sees
+AMD_KFD = "/dev/kfd"  # ROCm reads CUDA_VISIBLE_DEVICES too, and its GPUs are not counted here
+
+
+def gpu_note(env, gpus_dir=NVIDIA_GPUS, kfd=AMD_KFD):
+    """What the person should know when the task's CUDA_VISIBLE_DEVICES (--gpus) names a GPU
+    index this host does not have: CUDA then sees fewer GPUs, or none. None when all are
+    here, or when it cannot tell (UUIDs, an AMD host)."""
+    wanted = env.get("CUDA_VISIBLE_DEVICES") or ""
+    indexes = [int(part) for part in wanted.split(",") if part.strip().isdigit()]
+    if not indexes:
+        return None
+    try:
+        count = len(os.listdir(gpus_dir))
+    except OSError:
+        count = 0
+    missing = [str(index) for index in indexes if index >= count]
+    if not missing or (count == 0 and os.path.exists(kfd)):
+        return None
+    here = "GPU 0" if count == 1 else "GPUs 0-%d" % (count - 1) if count else "no GPU"
+    return "CUDA_VISIBLE_DEVICES=%s, but this host has no GPU %s (the NVIDIA driver shows %s)" % (
+        wanted,
+        ",".join(missing),
+        here,
+    )
+
+
+def script_missing(task):
+    """Whether the task's script is in neither its working directory nor, where its program
+    looks there too (bash given a bare name), a directory of its PATH."""
+    if os.path.exists(os.path.join(task.cwd, task.script)):
+        return False
+    if not task.script_on_path:
+        return True
+    env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
+    return not any(
+        os.path.isfile(os.path.join(task.cwd, folder, task.script))
+        for folder in env_path.split(os.pathsep)
+    )
 
 
 def exec_format_problem(path, binfmt_misc=BINFMT_MISC):

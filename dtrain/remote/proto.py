@@ -67,7 +67,8 @@ TASK_NAME = "name"
 TASK_ARGV = "argv"
 TASK_ENV = "env"
 TASK_CWD = "cwd"
-TASK_SCRIPT = "script"  # the Python script the command runs, checked before anything starts
+TASK_SCRIPT = "script"  # the Python or shell script the command runs, checked before start
+TASK_SCRIPT_ON_PATH = "script_on_path"  # its program also looks for it on PATH (bash)
 
 # STARTED, EXITED, NOTICE and STOP payloads
 STARTED_PID = "pid"

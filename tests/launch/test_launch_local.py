@@ -543,6 +543,39 @@ def test_missing_python_script_here_starts_nothing_and_exits_3(workdir: Path) ->
     assert not (workdir / "dtrain-logs").exists()
 
 
+@pytest.mark.parametrize("shell", [["bash"], ["sh", "-x"], ["bash", "-e", "-o", "pipefail"]])
+def test_a_missing_shell_script_starts_nothing_and_exits_3(workdir: Path, shell: list[str]) -> None:
+    result = run_dtrain(["launch", "-n", "1", "--", *shell, "missing.sh"], workdir)
+    assert result.returncode == 3, result.stderr
+    assert "missing.sh: no such file in" in result.stderr
+    assert "nothing was started" in result.stderr
+    assert not (workdir / "dtrain-logs").exists()
+
+
+def test_a_shell_script_bash_finds_on_path_and_bash_c_are_not_refused(workdir: Path) -> None:
+    folder = workdir / "bin"
+    folder.mkdir()
+    (folder / "on_path.sh").write_text("echo found on PATH\n")
+    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    args = ["launch", "--framework", "torch", "-n", "1", "--"]
+    result = run_dtrain([*args, "bash", "on_path.sh"], workdir, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "[worker.0] found on PATH" in result.stdout
+    assert run_dtrain([*args, "bash", "-c", "exit 0"], workdir).returncode == 0
+
+
+def test_a_gpu_this_machine_lacks_gets_a_note_and_the_job_still_runs(workdir: Path) -> None:
+    if os.path.exists("/proc/driver/nvidia/gpus/") or os.path.exists("/dev/kfd"):
+        pytest.skip("this machine has GPUs: the note is checked without them")
+    args = ["launch", "--framework", "torch", "--gpus", "7", "--", PYTHON, "-c", "pass"]
+    result = run_dtrain(args, workdir)
+    assert result.returncode == 0, result.stderr
+    assert (
+        ": worker.0: CUDA_VISIBLE_DEVICES=7, but this host has no GPU 7 "
+        "(the NVIDIA driver shows no GPU)\n"
+    ) in result.stderr
+
+
 def test_a_directory_as_the_command_says_it_is_a_directory(workdir: Path) -> None:
     result = run_dtrain(["launch", "-n", "1", "--", str(workdir)], workdir)
     assert result.returncode == 3, result.stderr

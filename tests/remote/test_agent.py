@@ -23,7 +23,13 @@ from dtrain.agents.session import AgentEvent, AgentSession, LinkClosed
 from dtrain.plan.hosts import local_host
 from dtrain.plan.spec import Role, TaskSpec
 from dtrain.remote import procs, proto
-from dtrain.remote.agent import exec_format_problem, find_setpriv, spawn_argv, task_environment
+from dtrain.remote.agent import (
+    exec_format_problem,
+    find_setpriv,
+    gpu_note,
+    spawn_argv,
+    task_environment,
+)
 from dtrain.transport.local import LocalLink
 from tests.conftest import (
     PYTHON,
@@ -643,3 +649,21 @@ def test_orphans_the_agent_adopts_are_reaped_while_the_job_runs(agent: Agent) ->
     agent.session.stop(0.5)
     agent.collect(1)
     assert zombies == [], "the orphans the agent adopted were never reaped"
+
+
+def test_a_gpu_index_the_host_lacks_gets_a_note(tmp_path: Path) -> None:
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    for bus in ("0000:3b:00.0", "0000:af:00.0"):
+        (gpus / bus).mkdir()
+    no_kfd = str(tmp_path / "kfd")
+    assert gpu_note({"CUDA_VISIBLE_DEVICES": "1"}, str(gpus), no_kfd) is None
+    assert gpu_note({"CUDA_VISIBLE_DEVICES": "0,7"}, str(gpus), no_kfd) == (
+        "CUDA_VISIBLE_DEVICES=0,7, but this host has no GPU 7 (the NVIDIA driver shows GPUs 0-1)"
+    )
+    assert gpu_note({"CUDA_VISIBLE_DEVICES": "7"}, str(tmp_path / "none"), no_kfd) == (
+        "CUDA_VISIBLE_DEVICES=7, but this host has no GPU 7 (the NVIDIA driver shows no GPU)"
+    )
+    assert gpu_note({"CUDA_VISIBLE_DEVICES": "GPU-8c1f"}, str(gpus), no_kfd) is None
+    assert gpu_note({"CUDA_VISIBLE_DEVICES": ""}, str(gpus), no_kfd) is None
+    assert gpu_note({}, str(gpus), no_kfd) is None
