@@ -1092,11 +1092,11 @@ def gpu_note(env, gpus_dir=NVIDIA_GPUS, kfd=AMD_KFD):
     missing = [str(index) for index in indexes if index >= count]
     if not missing or (count == 0 and os.path.exists(kfd)):
         return None
-    here = "GPU 0" if count == 1 else "GPUs 0-%d" % (count - 1) if count else "no GPU"
+    shown = {0: "no GPU", 1: "GPU 0"}.get(count, "GPUs 0-%d" % (count - 1))
     return "CUDA_VISIBLE_DEVICES=%s, but this host has no GPU %s (the NVIDIA driver shows %s)" % (
         wanted,
         ",".join(missing),
-        here,
+        shown,
     )
 
 
