@@ -68,16 +68,20 @@ def hello(
     return request_each(sessions, proto.OP_HELLO, timeout_s, per_host, **given)
 
 
-def task_fields(task_id: int, task: TaskSpec, script: str | None = None) -> dict[str, Any]:
+def task_fields(
+    task_id: int, task: TaskSpec, script: tuple[str, bool] | None = None
+) -> dict[str, Any]:
     """A task as the stage request carries it; `task_id` tags its frames, and `script` (the
-    Python file its command runs) is checked to exist before anything starts."""
+    file its command runs, and whether its program may find it on PATH too) is checked to
+    exist before anything starts."""
     return {
         proto.TASK_ID: task_id,
         proto.TASK_NAME: task.name,
         proto.TASK_ARGV: list(task.argv),
         proto.TASK_ENV: dict(task.env),
         proto.TASK_CWD: task.workdir,
-        proto.TASK_SCRIPT: script,
+        proto.TASK_SCRIPT: script[0] if script else None,
+        proto.TASK_SCRIPT_ON_PATH: bool(script and script[1]),
     }
 
 
@@ -89,7 +93,7 @@ def stage(
     *,
     grace_s: float,
     traceback_timeout_s: float,
-    script_of: Callable[[Sequence[str]], str | None] = lambda argv: None,
+    script_of: Callable[[Sequence[str]], tuple[str, bool] | None] = lambda argv: None,
 ) -> Replies:
     """Hand each host its tasks (by id) to check and keep; nothing starts."""
     by_host: dict[str, list[dict[str, Any]]] = {}

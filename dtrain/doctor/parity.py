@@ -108,12 +108,46 @@ def is_python(program: str) -> bool:
     return name.startswith(("python", "pypy"))
 
 
-def python_script_of(command: Sequence[str]) -> str | None:
-    """The script a Python command runs (`train.py` in `python -u train.py`), else None.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh"})
+_SHELL_FLAGS_WITH_VALUE = "oO"  # -o pipefail, +O extglob
+_SHELL_LONG_FLAGS_WITH_VALUE = frozenset({"--rcfile", "--init-file"})
 
-    Only for Python, where a missing script is certain to fail: launch refuses it up front.
+
+def launched_script(command: Sequence[str]) -> tuple[str, bool] | None:
+    """The script a Python or shell command runs (`train.py` in `python -u train.py`, `run.sh`
+    in `bash -x run.sh`) and whether the program may also find it on PATH (bash does, for a
+    name without a `/`); None when it runs none (`python -m`, `bash -c`, another program).
+
+    Only where a missing script is certain to fail: launch refuses it before anything starts.
     """
-    return script_of(command) if command and is_python(command[0]) else None
+    if not command:
+        return None
+    if is_python(command[0]):
+        script = script_of(command)
+        return (script, False) if script is not None else None
+    if command[0].rsplit("/", 1)[-1] in SHELLS:
+        script = shell_script_of(command[1:])
+        return (script, "/" not in script) if script is not None else None
+    return None
+
+
+def shell_script_of(args: Sequence[str]) -> str | None:
+    """The file `sh [options] FILE [args]` runs; None with -c or -s (commands from an argument
+    or stdin) or without a file."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in ("-", "--"):  # the end of the options: the file follows
+            return args[index + 1] if index + 1 < len(args) else None
+        if arg.startswith("--"):
+            index += 2 if arg in _SHELL_LONG_FLAGS_WITH_VALUE else 1
+        elif arg[:1] in "-+" and len(arg) > 1:
+            if "c" in arg or "s" in arg:
+                return None
+            index += 1 + sum(letter in _SHELL_FLAGS_WITH_VALUE for letter in arg[1:])
+        else:
+            return arg
+    return None
 
 
 def script_of(command: Sequence[str]) -> str | None:

@@ -439,7 +439,7 @@ class Launch:
             REQUEST_TIMEOUT_S,
             grace_s=self.options.grace_s,
             traceback_timeout_s=self.options.traceback_timeout_s,
-            script_of=parity.python_script_of,
+            script_of=parity.launched_script,
         ).raise_if_failed("checking the tasks")
 
 

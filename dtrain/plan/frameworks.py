@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dtrain.plan.spec import Endpoint, Framework, PlacedTask, Role
+from dtrain.remote import proto
 from dtrain.remote.proto import JOB_ID_VAR, ROLE_VAR, TASK_VAR
 
 # Variables forwarded from the launching shell to every task, by prefix, per framework. Narrow
@@ -32,58 +33,10 @@ FORWARD_PREFIXES: Mapping[Framework, tuple[str, ...]] = {
     Framework.PADDLE: ("FLAGS_", "PADDLE_", "GLOG_"),
 }
 
-# Variables dtrain computes; a stale value in the launching shell must never leak into a task
-# (BytePS's launcher leaks DMLC_WORKER_ID into servers), so these are never forwarded.
+# Variables dtrain computes, spelled once in `proto` (the agent drops them all from what a task
+# inherits); a stale value in the launching shell is never forwarded either.
 MANAGED_VARS: Mapping[Framework, frozenset[str]] = {
-    Framework.DMLC: frozenset(
-        {
-            ROLE_VAR,
-            "DMLC_PS_ROOT_URI",
-            "DMLC_PS_ROOT_PORT",
-            "DMLC_NUM_WORKER",
-            "DMLC_NUM_SERVER",
-            "DMLC_NODE_HOST",
-            "DMLC_SERVER_ID",
-            "DMLC_WORKER_ID",
-            "DMLC_RANK",
-        }
-    ),
-    Framework.TF: frozenset({"TF_CONFIG"}),
-    Framework.TORCH: frozenset(
-        {
-            "MASTER_ADDR",
-            "MASTER_PORT",
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-            "GROUP_RANK",
-            "GROUP_WORLD_SIZE",
-            "ROLE_RANK",
-            "ROLE_WORLD_SIZE",
-            "ROLE_NAME",
-        }
-    ),
-    Framework.PADDLE: frozenset(
-        {
-            "PADDLE_TRAINER_ID",
-            "PADDLE_TRAINERS_NUM",
-            "PADDLE_TRAINER_ENDPOINTS",
-            "PADDLE_CURRENT_ENDPOINT",
-            "PADDLE_LOCAL_RANK",
-            "PADDLE_RANK_IN_NODE",
-            "PADDLE_LOCAL_SIZE",
-            "PADDLE_NNODES",
-            "PADDLE_ROLE",
-            "TRAINING_ROLE",
-            "PADDLE_PORT",
-            "POD_IP",
-            "PADDLE_PSERVERS_IP_PORT_LIST",
-            "PADDLE_PSERVER_ID",
-            "PADDLE_MASTER",
-            "FLAGS_selected_gpus",
-        }
-    ),
+    framework: frozenset(proto.MANAGED_VARS[framework.value]) for framework in Framework
 }
 
 

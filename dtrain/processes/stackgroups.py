@@ -79,6 +79,7 @@ class TaskStack:
     threads: tuple[ThreadStack, ...] | None = None
     error: str | None = None
     looked_in: tuple[str, ...] = ()
+    interpreter: str | None = None  # the Python the process runs, as it found it
     label: str = ""
 
     @property
@@ -136,6 +137,7 @@ class TaskStack:
             threads=threads,
             error=entry.get("error"),
             looked_in=tuple(entry.get("looked_in") or ()),
+            interpreter=entry.get("interpreter"),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -320,13 +322,23 @@ class StacksReport:
 
 def install_hint(stack: TaskStack) -> str:
     """`pip install py-spy` into the environment of the task's interpreter, named when known."""
-    program = stack.argv[0] if stack.argv else ""
-    if program.startswith("/") and program.rsplit("/", 1)[-1].startswith("python"):
-        return f"install it into the job's environment: {program} -m pip install py-spy"
-    if stack.looked_in:
-        python = f"{stack.looked_in[0]}/python"
-        return f"install it into the job's environment: {python} -m pip install py-spy"
+    if stack.interpreter:
+        return f"install it into the job's environment: {stack.interpreter} -m pip install py-spy"
     return "install it into the job's environment: pip install py-spy"
+
+
+def files_line(report: StacksReport) -> str | None:
+    """Where the per-task files went, and what they hold: a full stack only where one was
+    taken (py-spy missing on a host leaves each file saying why instead)."""
+    if not report.files_dir:
+        return None
+    python = report.python_stacks
+    taken = sum(1 for s in python if s.is_taken)
+    if python and taken == len(python):
+        return f"every task's full stack: {report.files_dir}/"
+    if taken:
+        return f"the full stacks of {taken} of {len(python)} Python processes: {report.files_dir}/"
+    return f"no stack was taken; {report.files_dir}/ says why for each task"
 
 
 def _count(number: int, one: str, many: str) -> str:

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 PER_PROCESS_S = 10.0  # one py-spy on demand: --native on a large library reads its symbols
 REPLY_MARGIN_S = 10.0  # beyond the per-process bound: finding the processes, a slow host
 SUMMARY_FILE = "summary.txt"
+DIR_MODE = 0o700  # as the job's directory and its files (launch/joblog)
+FILE_MODE = 0o600
 
 
 def take(
@@ -88,19 +90,40 @@ def host_stacks(host: Host, reply: Reply) -> HostStacks:
 
 
 def write_files(report: StacksReport, job_dir: Path, stamp: str) -> Path:
-    """`job_dir/stacks-<stamp>/`: the grouped summary and one file per task; the directory.
+    """`job_dir/stacks-<stamp>/` (`-2`, `-3`, ... for another run in the same second): the
+    grouped summary and one file per task, private as the rest of the job's directory (0700,
+    files 0600, whatever the umask: a stack shows arguments and paths); the directory.
 
     Raises OSError when it cannot be written (the caller says so and goes on).
     """
-    where = job_dir / f"stacks-{stamp}"
-    where.mkdir(mode=0o700, parents=False, exist_ok=True)
+    where = _new_dir(job_dir, f"stacks-{stamp}")
     lines = stackgroups.summary_lines(report)
     lines += [f"{p.host}: {p.message}" for p in report.problems]
-    (where / SUMMARY_FILE).write_text("\n".join(lines) + "\n")
+    _write_new(where / SUMMARY_FILE, "\n".join(lines) + "\n")
     for stack in report.stacks:
-        (where / stackgroups.file_name(stack)).write_text(stackgroups.task_text(stack))
+        _write_new(where / stackgroups.file_name(stack), stackgroups.task_text(stack))
     logger.debug("stacks of %d processes in %s", len(report.stacks), where)
     return where
+
+
+def _new_dir(parent: Path, name: str, tries: int = 100) -> Path:
+    """A directory of its own under `parent`, 0700: `name`, else `name-2`, `name-3`, ..."""
+    for number in range(1, tries + 1):
+        where = parent / (name if number == 1 else f"{name}-{number}")
+        try:
+            where.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(where, DIR_MODE)  # mkdir's mode is cut by the umask, never widened
+        return where
+    raise FileExistsError(f"{parent / name} and {tries - 1} more like it exist")
+
+
+def _write_new(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, FILE_MODE)
+        f.write(text)
 
 
 def job_dir(root: Path, job: str) -> Path | None:
@@ -181,6 +204,6 @@ class Background:
         lines = [f"stacks: {line}" for line in stackgroups.summary_lines(report)]
         lines += [f"stacks: {p.host}: {p.message}" for p in report.problems]
         lines += [f"stacks: {note}" for note in report.notes]
-        if report.files_dir:
-            lines.append(f"stacks: every task's full stack is in {report.files_dir}/")
+        if where := stackgroups.files_line(report):
+            lines.append(f"stacks: {where}")
         return lines

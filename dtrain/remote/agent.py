@@ -11,6 +11,10 @@ can stop them when the launcher disappears, so it does, within a bounded time:
 * the agent itself gets SIGTERM/SIGHUP: the same; and each task leader has a parent-death
   signal, so even SIGKILL of the agent takes the leaders down.
 
+A job's agent is its tasks' subreaper: what a task leaves running outside its process group
+and without its tag (a daemon, `setsid env -i cmd &`) becomes the agent's child, and stops
+with the job.
+
 Standard library only, Python >= 3.6, Linux: dtrain need not be installed on the host.
 
 Every host starts this interpreter for every dtrain command, so it imports C modules
@@ -86,6 +90,22 @@ def _resolve_prctl():
             _PRCTL.append(ctypes.CDLL(None).prctl)
         except Exception:
             _PRCTL.append(None)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper():
+    """Make this agent the parent of every orphan its tasks leave (Linux >= 3.4), rather than
+    init: a daemon that left its task's group and tag (`setsid env -i cmd &`) stays below the
+    agent, which stops it with the job. False where prctl cannot be called."""
+    _resolve_prctl()
+    if _PRCTL[0] is None:
+        return False
+    try:
+        return _PRCTL[0](PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except Exception:
+        return False
 
 
 def _parent_death_signal():
@@ -250,7 +270,8 @@ class Task:
         self.argv = spec[proto.TASK_ARGV]
         self.env = spec[proto.TASK_ENV]
         self.cwd = spec[proto.TASK_CWD]
-        self.script = spec.get(proto.TASK_SCRIPT)  # the file a python command runs, if any
+        self.script = spec.get(proto.TASK_SCRIPT)  # the file a python or shell command runs
+        self.script_on_path = bool(spec.get(proto.TASK_SCRIPT_ON_PATH))
         self.proc = None
         self.pgid = None
         self.start_ticks = 0  # when it started, in clock ticks since boot
@@ -304,11 +325,14 @@ class Agent:
         self.child_signalled = True
         self.data_handler = None
         self.data_abort = None  # undoes what data_handler did, if its data never ends
+        self.is_subreaper = False
+        self.strays_kill_at = None  # when strays that got SIGTERM get SIGKILL
         self.wake_r, self.wake_w = os.pipe()
         _set_nonblocking(self.wake_r)
         _set_nonblocking(self.wake_w)
         signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.child_exited = False  # a SIGCHLD came: an adopted orphan may wait to be reaped
+        signal.signal(signal.SIGCHLD, self._on_child_exit)
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, self._on_signal)
         self.handlers = {
@@ -333,6 +357,9 @@ class Agent:
     def _on_signal(self, signum, frame):
         self.signalled = signum
 
+    def _on_child_exit(self, signum, frame):
+        self.child_exited = True
+
     # ---- main loop -------------------------------------------------------------------------
 
     def run(self):
@@ -355,11 +382,14 @@ class Agent:
             if self.child_signalled:  # a task can only have exited after a SIGCHLD
                 self.child_signalled = False
                 self.reap()
+            if self.child_exited:
+                self.child_exited = False
+                self.reap_adopted()
             self.tick()
         self.flush(final=True)
 
     def finished(self):
-        if self.gone is None:
+        if self.gone is None or self.strays_kill_at is not None:
             return False
         return all(
             task.proc is None or (task.reported and task.kill_at is None)
@@ -374,6 +404,8 @@ class Agent:
                 deadlines.append(task.kill_at)
             if task.drain_until is not None and not task.reported:
                 deadlines.append(task.drain_until)
+        if self.strays_kill_at is not None:
+            deadlines.append(self.strays_kill_at)
         if self.traceback_timeout_s > 0:
             deadlines.append(now + min(1.0, self.traceback_timeout_s))
         deadlines.extend(at for at, _, _ in self.resting.values())
@@ -605,6 +637,7 @@ class Agent:
         self.tasks = {task.id: task for task in tasks}
         self.reply({"ok": True})
         _check_spawn()  # now, while the launcher writes the job's log dir (~2 ms)
+        self.is_subreaper = self.is_subreaper or become_subreaper()
 
     def op_start(self, request):
         for task in self.tasks.values():
@@ -701,9 +734,12 @@ class Agent:
     # ---- tasks -----------------------------------------------------------------------------
 
     def spawn(self, task):
+        note = gpu_note(task.env)
+        if note is not None:
+            message = {proto.NOTICE_MESSAGE: "%s: %s" % (task.name, note)}
+            self.send(proto.encode_json(proto.NOTICE, message, task.id))
         setpriv = _resolve_spawn()
-        env = dict(os.environ)
-        env.update(task.env)
+        env = task_environment(os.environ, task.env)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -887,6 +923,8 @@ class Agent:
             task.stopped_by_dtrain = True
             task.kill_at = now + max(float(grace_s), 0.0)
         self.signal_tasks(chosen, signal.SIGTERM)
+        if self.signal_strays(signal.SIGTERM) and self.strays_kill_at is None:
+            self.strays_kill_at = now + max(float(grace_s), 0.0)
 
     def kill_all(self):
         chosen = [t for t in self.tasks.values() if t.proc is not None]
@@ -895,6 +933,48 @@ class Agent:
                 task.stopped_by_dtrain = True
             task.kill_at = None
         self.signal_tasks(chosen, signal.SIGKILL)
+        self.signal_strays(signal.SIGKILL)
+        self.strays_kill_at = None
+
+    def strays(self, table):
+        """What the tasks left below the agent outside their process groups (a daemon in a
+        session of its own, adopted by the agent once its parent exited): every descendant
+        but the tasks' groups, which `signal_tasks` stops, and the agent's own helpers."""
+        me = os.getpid()
+        groups = set(task.pgid for task in self.tasks.values() if task.pgid is not None)
+        leaders = set(task.proc.pid for task in self.tasks.values() if task.proc is not None)
+        helpers = set(pid for pid in table if pid not in leaders and spawn.is_started_here(pid))
+        for pid in list(helpers):
+            helpers.update(procs.descendants(table, pid))
+        return sorted(
+            pid
+            for pid in procs.descendants(table, me)
+            if pid not in helpers and table[pid].pgid not in groups and table[pid].state != "Z"
+        )
+
+    def signal_strays(self, signum):
+        """Signal every stray (see `strays`); whether there was one. Only a subreaper agent
+        has its tasks' orphans below it; elsewhere they went to init."""
+        if not self.is_subreaper or not self.tasks:
+            return False
+        found = self.strays(procs.snapshot(with_tags=False))
+        for pid in found:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+        return bool(found)
+
+    def reap_adopted(self):
+        """Reap the orphans the agent adopted (their exits are its SIGCHLDs now), and end the
+        strays' grace once none is left."""
+        if not self.is_subreaper:
+            return
+        table = procs.snapshot(with_tags=False)
+        me = os.getpid()
+        spawn.reap_adopted(pid for pid, p in table.items() if p.ppid == me and p.state == "Z")
+        if self.strays_kill_at is not None and not self.strays(table):
+            self.strays_kill_at = None
 
     def cpu_of(self, task):
         stat = procs.read_stat(task.proc.pid) if task.proc is not None else None
@@ -909,6 +989,9 @@ class Agent:
             self.lose("no word from the launcher for %.0fs" % self.lease_s)
         if self.gone is None and now - self.last_sent >= self.heartbeat_s:
             self.send(proto.encode(proto.PING))
+        if self.strays_kill_at is not None and now >= self.strays_kill_at:
+            self.strays_kill_at = None
+            self.signal_strays(signal.SIGKILL)
         due = [t for t in self.tasks.values() if t.kill_at is not None and now >= t.kill_at]
         for task in due:
             task.kill_at = None
@@ -935,6 +1018,18 @@ class Agent:
         task.detail = watch.last_line.decode("utf-8", "replace")
         self.signal_tasks([task], signal.SIGTERM)
         task.kill_at = now + self.grace_s
+
+
+MANAGED_VARS = frozenset(name for names in proto.MANAGED_VARS.values() for name in names)
+
+
+def task_environment(inherited, planned):
+    """What a task runs with: the environment it inherits (the launcher's on this machine, the
+    login environment elsewhere) without any variable dtrain manages for any framework, then
+    the plan's variables. A stale rank or address from that environment never passes."""
+    env = {key: value for key, value in inherited.items() if key not in MANAGED_VARS}
+    env.update(planned)
+    return env
 
 
 def check_runnable(task):
@@ -974,13 +1069,54 @@ def check_runnable(task):
             "add a #! line naming its interpreter, or put the interpreter first: "
             "-- python3 %s (or -- sh %s)" % (program, program),
         )
-    if task.script and not os.path.exists(os.path.join(task.cwd, task.script)):
+    if task.script and script_missing(task):
         return (
             "%s: no such file in %s" % (task.script, task.cwd),
             "check the script's path (it is resolved in the task's working directory), "
             "or copy it there with --sync-dst-dir",
         )
     return None
+
+
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one entry per GPU the driver sees
+AMD_KFD = "/dev/kfd"  # ROCm reads CUDA_VISIBLE_DEVICES too, and its GPUs are not counted here
+
+
+def gpu_note(env, gpus_dir=NVIDIA_GPUS, kfd=AMD_KFD):
+    """What the person should know when the task's CUDA_VISIBLE_DEVICES (--gpus) names a GPU
+    index this host does not have: CUDA then sees fewer GPUs, or none. None when all are
+    here, or when it cannot tell (UUIDs, an AMD host)."""
+    wanted = env.get("CUDA_VISIBLE_DEVICES") or ""
+    indexes = [int(part) for part in wanted.split(",") if part.strip().isdigit()]
+    if not indexes:
+        return None
+    try:
+        count = len(os.listdir(gpus_dir))
+    except OSError:
+        count = 0
+    missing = [str(index) for index in indexes if index >= count]
+    if not missing or (count == 0 and os.path.exists(kfd)):
+        return None
+    shown = {0: "no GPU", 1: "GPU 0"}.get(count, "GPUs 0-%d" % (count - 1))
+    return "CUDA_VISIBLE_DEVICES=%s, but this host has no GPU %s (the NVIDIA driver shows %s)" % (
+        wanted,
+        ",".join(missing),
+        shown,
+    )
+
+
+def script_missing(task):
+    """Whether the task's script is in neither its working directory nor, where its program
+    looks there too (bash given a bare name), a directory of its PATH."""
+    if os.path.exists(os.path.join(task.cwd, task.script)):
+        return False
+    if not task.script_on_path:
+        return True
+    env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
+    return not any(
+        os.path.isfile(os.path.join(task.cwd, folder, task.script))
+        for folder in env_path.split(os.pathsep)
+    )
 
 
 def exec_format_problem(path, binfmt_misc=BINFMT_MISC):
@@ -1097,7 +1233,9 @@ def main():
     except Exception:
         # Never leave tasks behind because of a bug in here.
         agent.signal_tasks([t for t in agent.tasks.values() if t.proc is not None], signal.SIGKILL)
+        agent.signal_strays(signal.SIGKILL)
         raise
+    agent.signal_strays(signal.SIGKILL)  # any started during the grace
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

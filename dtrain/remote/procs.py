@@ -227,6 +227,21 @@ def ancestors(pid, table=None):
     return chain
 
 
+def descendants(table, root):
+    """Every process below `root` in `table` by parent links (not `root` itself)."""
+    children = {}  # type: Dict[int, List[int]]
+    for proc in table.values():
+        children.setdefault(proc.ppid, []).append(proc.pid)
+    found = set()
+    stack = list(children.get(root, ()))
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    return found
+
+
 def select_job_processes(table, job=None, task=None, include_dmlc=True, exclude=()):
     """Tagged processes and all their descendants, as a sorted list of pids.
 

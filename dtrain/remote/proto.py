@@ -67,7 +67,8 @@ TASK_NAME = "name"
 TASK_ARGV = "argv"
 TASK_ENV = "env"
 TASK_CWD = "cwd"
-TASK_SCRIPT = "script"  # the Python script the command runs, checked before anything starts
+TASK_SCRIPT = "script"  # the Python or shell script the command runs, checked before start
+TASK_SCRIPT_ON_PATH = "script_on_path"  # its program also looks for it on PATH (bash)
 
 # STARTED, EXITED, NOTICE and STOP payloads
 STARTED_PID = "pid"
@@ -115,6 +116,56 @@ JOB_ID_VAR = "DTRAIN_JOB_ID"
 TASK_VAR = "DTRAIN_TASK"
 ROLE_VAR = "DMLC_ROLE"  # parameter-server processes, however they were started
 TAG_VARS = (JOB_ID_VAR, TASK_VAR, ROLE_VAR)
+
+# The variables dtrain computes for each framework's tasks (ranks, roles, addresses), by the
+# framework's name. The agent takes every one of them, of any framework, out of the environment
+# a task inherits (the launcher's own on this machine, a host's login environment): a task gets
+# only the values its plan sets, never a stale id (BytePS's launcher leaks DMLC_WORKER_ID).
+MANAGED_VARS = {
+    "dmlc": (
+        ROLE_VAR,
+        "DMLC_PS_ROOT_URI",
+        "DMLC_PS_ROOT_PORT",
+        "DMLC_NUM_WORKER",
+        "DMLC_NUM_SERVER",
+        "DMLC_NODE_HOST",
+        "DMLC_SERVER_ID",
+        "DMLC_WORKER_ID",
+        "DMLC_RANK",
+    ),
+    "tf": ("TF_CONFIG",),
+    "torch": (
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+    ),
+    "paddle": (
+        "PADDLE_TRAINER_ID",
+        "PADDLE_TRAINERS_NUM",
+        "PADDLE_TRAINER_ENDPOINTS",
+        "PADDLE_CURRENT_ENDPOINT",
+        "PADDLE_LOCAL_RANK",
+        "PADDLE_RANK_IN_NODE",
+        "PADDLE_LOCAL_SIZE",
+        "PADDLE_NNODES",
+        "PADDLE_ROLE",
+        "TRAINING_ROLE",
+        "PADDLE_PORT",
+        "POD_IP",
+        "PADDLE_PSERVERS_IP_PORT_LIST",
+        "PADDLE_PSERVER_ID",
+        "PADDLE_MASTER",
+        "FLAGS_selected_gpus",
+    ),
+}
 
 
 def encode(kind: int, payload: bytes = b"", task: int = 0) -> bytes:

@@ -26,6 +26,10 @@ POSIX_SPAWN = hasattr(os, "posix_spawn")  # Python >= 3.8
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 _INHERITED_FDS_CLOSED = []  # type: List[bool]
 _CWD_LOCK = _thread.allocate_lock()  # a start that enters its cwd has the process's to itself
+# Every process started here, by pid, until its owner has waited for it: a subreaper agent
+# reaps only the other children it has (orphans it adopted), never one someone here waits for.
+_STARTED = {}  # type: Dict[int, Any]
+_STARTED_LOCK = _thread.allocate_lock()
 
 
 def start_process(
@@ -46,24 +50,50 @@ def start_process(
     agent enters `cwd` around the call (one such start at a time), and has no close_fds: the
     fds the agent was started with are made close-on-exec first (Python opens its own that
     way)."""
-    if fork_hook is None and POSIX_SPAWN:
-        try:
-            return _posix_spawn(argv, cwd, env, stdout, stderr, session)
-        except NotImplementedError:  # a C library without POSIX_SPAWN_SETSID (glibc < 2.26)
-            pass
-    import subprocess
+    with _STARTED_LOCK:  # registered before anyone can see it exit: see reap_adopted
+        proc = None  # type: Any
+        if fork_hook is None and POSIX_SPAWN:
+            try:
+                proc = _posix_spawn(argv, cwd, env, stdout, stderr, session)
+            except NotImplementedError:  # a C library without POSIX_SPAWN_SETSID (glibc < 2.26)
+                pass
+        if proc is None:
+            import subprocess
 
-    return subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL if stdout is None else stdout,
-        stderr=subprocess.DEVNULL if stderr is None else stderr,
-        start_new_session=session,
-        close_fds=True,
-        preexec_fn=fork_hook,
-    )
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL if stdout is None else stdout,
+                stderr=subprocess.DEVNULL if stderr is None else stderr,
+                start_new_session=session,
+                close_fds=True,
+                preexec_fn=fork_hook,
+            )
+        _STARTED[proc.pid] = proc
+    return proc
+
+
+def reap_adopted(pids: "Iterable[int]") -> None:
+    """Reap those of `pids` (zombie children of this process) that no process started here
+    is: orphans this process adopted as a subreaper, which nobody else will wait for."""
+    with _STARTED_LOCK:
+        for pid in [pid for pid, proc in _STARTED.items() if proc.returncode is not None]:
+            del _STARTED[pid]  # waited for by its owner: the pid may be anyone's now
+        for pid in pids:
+            if pid in _STARTED:
+                continue
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def is_started_here(pid: int) -> bool:
+    """Whether `pid` is a process started here that its owner has not waited for yet."""
+    proc = _STARTED.get(pid)
+    return proc is not None and proc.returncode is None
 
 
 def _close_inherited_fds() -> None:

@@ -64,6 +64,26 @@ def interpreter_dirs(pid, cmdline, env):
     return unique
 
 
+def interpreter_path(pid, cmdline, env):
+    """The Python the process runs, as the process itself found it: its argv[0] (from its
+    working directory, or on its PATH), else its executable. For a hint such as
+    `PYTHON -m pip install py-spy`, which must name the job's environment (a virtualenv's
+    `bin/python`, not the file that link resolves to)."""
+    program = cmdline[0] if cmdline else ""
+    if os.path.basename(program).startswith(("python", "pypy")):
+        try:
+            cwd = os.readlink("/proc/%d/cwd" % pid)
+        except OSError:
+            cwd = "/"
+        found = procs.which(program, env.get("PATH", os.defpath), cwd)
+        if found is not None:
+            return os.path.normpath(os.path.join(cwd, found))
+    try:
+        return os.readlink("/proc/%d/exe" % pid)
+    except OSError:
+        return None
+
+
 def find_tool(dirs, path_var):
     """py-spy in one of `dirs`, else on `path_var` (the task's PATH), else on the agent's PATH."""
     for directory in dirs:
@@ -210,10 +230,12 @@ def _entry(described):
         "threads": None,
         "error": None,
         "looked_in": [],
+        "interpreter": None,
     }
     if not entry["python"]:
         return entry
     env = procs.read_environ(pid) or {}
+    entry["interpreter"] = interpreter_path(pid, entry["cmdline"], env)
     dirs = interpreter_dirs(pid, entry["cmdline"], env)
     entry["looked_in"] = dirs
     entry["tool"] = find_tool(dirs, env.get("PATH"))

@@ -8,7 +8,7 @@ from dtrain.errors import one_line
 from dtrain.processes.launcher import DeadLauncherJob
 from dtrain.processes.results import Fate, HostKill, HostScan, JobProcess
 from dtrain.processes.results import duration_text as duration_text  # re-exported for callers
-from dtrain.processes.stackgroups import StacksReport, summary_lines
+from dtrain.processes.stackgroups import StacksReport, files_line, summary_lines
 from dtrain.render import clock, table
 
 MAX_COMMAND_CHARS = 160
@@ -275,8 +275,8 @@ def stacks_text(report: StacksReport) -> str:
     """What `dtrain stacks` prints: the grouped summary, odd ones out first, then where the
     per-task files are."""
     lines = summary_lines(report)
-    if report.files_dir:
-        lines.append(f"every task's full stack: {report.files_dir}/")
+    if where := files_line(report):
+        lines.append(where)
     for note in report.notes:
         lines.append(note)
     return "\n".join(lines) + "\n"

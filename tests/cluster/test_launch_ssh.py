@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dtrain.remote import procs
+from dtrain.remote import procs, proto
 from tests.cluster.netcluster import Cluster, ClusterError
 from tests.cluster.test_slurmcluster import wait_for
 from tests.conftest import (
@@ -241,6 +241,22 @@ def test_arguments_and_env_values_arrive_byte_exact_on_remote_hosts(
     assert printed["argv"] == ["PROBE", *args]
 
 
+def test_no_variable_dtrain_manages_leaks_from_a_hosts_environment(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    managed = sorted({name for names in proto.MANAGED_VARS.values() for name in names})
+    exports = " ".join(f"{name}=stale" for name in managed)
+    hosts = cluster.hosts_file(names=["h2", "h3"])
+    args = ["launch", "-n", "2", "-s", "1", "--setup", f"export {exports}", "--"]
+    command = [PYTHON, program("print_env.py"), ",".join(managed)]
+    result = run(cluster, [*args, *command], tmp_path, hosts=hosts)
+    assert result.returncode == 0, result.stderr
+    logs = latest_job(tmp_path)
+    for task in job_document(tmp_path)["plan"]["tasks"]:
+        seen = json.loads((logs / f"{task['name']}.log").read_text().splitlines()[0])["env"]
+        assert seen == {k: v for k, v in task["env"].items() if k in managed}, task["name"]
+
+
 # ---- the fault matrix -------------------------------------------------------------------------
 
 
@@ -267,6 +283,39 @@ def test_worker_killed_on_a_remote_host_fails_the_job_everywhere(
     assert "failed: worker.1@h2 was killed by SIGKILL from outside dtrain" in stderr
     assert "5 other tasks were stopped by dtrain" in stderr
     assert_nothing_left(cluster, job)
+
+
+# A daemon that leaves its task's process group and drops the job's tag on its way out.
+DAEMON_SLEEP = ["sleep", "1613"]
+DAEMON = 'setsid env -i sleep 1613 & sleep 0.5; [ "$DTRAIN_TASK" != worker.0 ] || exit {code}'
+
+
+def daemons_on(cluster: Cluster) -> list[int]:
+    """Root-namespace pids of DAEMON's sleeps on any cluster host."""
+    return [
+        pid
+        for host in cluster.hosts
+        for pid in cluster.host_pids(host)
+        if procs.read_cmdline(pid) == DAEMON_SLEEP
+    ]
+
+
+def test_daemons_that_left_their_group_and_tag_stop_with_the_job_on_every_host(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    hosts = cluster.hosts_file(names=["h1", "h2"])
+    for code in (3, 0):  # the job fails; the job ends
+        command = DAEMON.format(code=code)
+        args = ["launch", "--framework", "torch", "-n", "2", "--grace", "1", "--"]
+        result = run(cluster, [*args, "bash", "-c", command], tmp_path, hosts=hosts)
+        deadline = time.monotonic() + 10
+        while daemons_on(cluster) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = daemons_on(cluster)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)  # the test's own leftovers: by pid
+        assert result.returncode == code, result.stderr
+        assert left == [], f"daemons outlived the job (exit {code})"
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -9)])

@@ -17,7 +17,6 @@ from tests.conftest import PYTHON, ROOT, latest_job, program, run_dtrain
 WHERE_STUCK = program("where_stuck.py")
 SKIP_ALLREDUCE = program("torch_skip_allreduce.py")
 SKIP_KVSTORE = program("mxnet_skip_kvstore.py")
-PY_SPY = ROOT / ".venv" / "bin" / "py-spy"
 
 
 def wait_for_lines(logs: Path, names: list[str], text: str, timeout_s: float = 120) -> None:
@@ -31,6 +30,19 @@ def wait_for_lines(logs: Path, names: list[str], text: str, timeout_s: float = 1
             return
         time.sleep(0.1)
     raise AssertionError(f"{text!r} not in every log of {names} within {timeout_s}s")
+
+
+def hide_every_py_spy(cluster: Cluster, host: str, args: list[str], cwd: Path) -> None:
+    """Hide on `host` each py-spy its agent finds for the job (beside the task's Python, on
+    its PATH or the agent's: a pyenv shim, a system package), until it finds none, so the
+    test does not depend on what else the machine has installed."""
+    for _ in range(5):
+        document = json.loads(run_dtrain([*args, "--json"], cwd).stdout)
+        tools = {t["tool"] for t in document["data"]["tasks"] if t["host"] == host and t["tool"]}
+        if not tools:
+            return
+        cluster.hide_path(host, *tools)
+    raise AssertionError(f"{host} still finds py-spy after hiding five of them")
 
 
 def stop(proc: subprocess.Popen[str], cluster: Cluster, job: str) -> None:
@@ -83,7 +95,9 @@ def test_stacks_group_the_blocked_tasks_and_list_the_busy_one_first(
         assert all(t["threads"] for t in tasks)
         assert [g["count"] for g in document["data"]["groups"]] == [1, 3]
 
-        cluster.hide_path("h2", PY_SPY)
+        hide_every_py_spy(
+            cluster, "h2", ["stacks", *ssh_args(cluster, hosts), "--job", job], tmp_path
+        )
         hidden = run_dtrain(["stacks", *ssh_args(cluster, hosts), "--job", job], tmp_path)
         assert hidden.returncode == 3, hidden.stderr
         assert hidden.stdout.splitlines()[0].startswith("2 tasks (worker.0@h1, worker.1@h1)")

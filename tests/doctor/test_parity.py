@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dtrain.doctor.parity import Majority, majority, normalize_name, package_diff, script_of
+from dtrain.doctor.parity import (
+    Majority,
+    launched_script,
+    majority,
+    normalize_name,
+    package_diff,
+    script_of,
+)
 
 hosts = st.lists(st.sampled_from([f"h{i}" for i in range(1, 9)]), min_size=1, unique=True)
 small_values = st.sampled_from(["3.11.7", "3.11.2", "3.10.0", None])
@@ -134,3 +141,30 @@ def test_distribution_names_are_compared_as_pip_does(name: str, normal: str) -> 
 )
 def test_the_script_named_in_a_command(command: list[str], script: str | None) -> None:
     assert script_of(command) == script
+
+
+@pytest.mark.parametrize(
+    ("command", "checked"),
+    [
+        (["bash", "missing.sh"], ("missing.sh", True)),
+        (["/bin/sh", "-x", "run.sh", "a"], ("run.sh", True)),
+        (["bash", "-e", "-o", "pipefail", "dir/run.sh"], ("dir/run.sh", False)),
+        (["bash", "-xo", "pipefail", "run.sh"], ("run.sh", True)),
+        (["bash", "-O", "extglob", "+o", "posix", "run.sh"], ("run.sh", True)),
+        (["bash", "--norc", "--rcfile", "rc", "run.sh"], ("run.sh", True)),
+        (["zsh", "--", "-odd-name.sh"], ("-odd-name.sh", True)),
+        (["dash", "-"], None),
+        (["bash", "-c", "exit 0", "name"], None),
+        (["bash", "-ec", "true"], None),
+        (["sh", "-s", "arg"], None),
+        (["bash"], None),
+        (["python3", "-u", "train.py"], ("train.py", False)),
+        (["python3", "-m", "pkg"], None),
+        (["./run.sh"], None),
+        (["torchrun", "t.py"], None),
+    ],
+)
+def test_the_script_launch_checks_before_anything_starts(
+    command: list[str], checked: tuple[str, bool] | None
+) -> None:
+    assert launched_script(command) == checked

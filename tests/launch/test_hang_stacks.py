@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import dtrain.processes
 from dtrain.launch.lifecycle import StacksOnDemand
 from tests.conftest import PYTHON, latest_job, program, run_dtrain
 
@@ -30,7 +31,7 @@ def test_a_timed_out_job_leaves_every_tasks_stack_and_prints_the_summary(tmp_pat
     assert "wait_for_peer" in next(written.glob("worker.0@*")).read_text()
     assert "dtrain: stacks: 1 task (worker.1@" in stderr
     assert "): in compute_step (where_stuck.py:" in stderr
-    assert f"dtrain: stacks: every task's full stack is in dtrain-logs/{job.name}/" in stderr
+    assert f"dtrain: stacks: every task's full stack: dtrain-logs/{job.name}/" in stderr
     assert stderr.index("reached its --timeout") < stderr.index("dtrain: stacks:")
 
 
@@ -60,6 +61,7 @@ def test_a_stack_taker_that_cannot_load_says_so_and_lets_the_job_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "dtrain.processes.stacks", None)  # import raises
+    monkeypatch.delattr(dtrain.processes, "stacks", raising=False)  # even once loaded
     taker = StacksOnDemand({}, "job-1", tmp_path, 1.0)
     assert not taker.is_done() and taker.summary() == []
     taker.start()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dtrain.remote import procs
+from dtrain.remote import procs, proto
 from tests.conftest import (
     PYTHON,
     dtrain_argv,
@@ -460,6 +460,51 @@ def test_environment_of_the_launching_shell_reaches_local_tasks(workdir: Path) -
     assert document["env"] == {"PS_VERBOSE": "1", "MY_SETTING": "kept", "DMLC_ROLE": "worker"}
 
 
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["-n", "1", "-s", "1"],
+        ["--framework", "torch", "-n", "2"],
+        ["--framework", "tf", "-n", "1", "-s", "1"],
+        ["--framework", "paddle", "-n", "2"],
+        ["--framework", "paddle", "-n", "1", "-s", "1"],
+    ],
+    ids=["dmlc", "torch", "tf", "paddle", "paddle-ps"],
+)
+def test_no_variable_dtrain_manages_leaks_from_the_launchers_environment(
+    workdir: Path, layout: list[str]
+) -> None:
+    managed = sorted({name for names in proto.MANAGED_VARS.values() for name in names})
+    env = dict(os.environ, **{name: "stale" for name in managed})
+    names = ",".join(managed)
+    command = ["launch", *layout, "--", PYTHON, program("print_env.py"), names]
+    result = run_dtrain(command, workdir, env=env)
+    assert result.returncode == 0, result.stderr
+    planned = {t["name"]: t["env"] for t in job_json(workdir)["plan"]["tasks"]}
+    for name, task_env in planned.items():
+        line = (log_dir_of(workdir) / f"{name}.log").read_text().splitlines()[0]
+        seen = json.loads(line)["env"]
+        assert seen == {k: v for k, v in task_env.items() if k in managed}, name
+
+
+# A daemon that leaves its task's process group and drops the job's tag on its way out.
+DAEMON = 'setsid env -i sleep 1000 & echo "$!" > daemon.pid; sleep 0.5; exit {code}'
+
+
+@pytest.mark.parametrize("code", [3, 0], ids=["task-fails", "task-ends"])
+def test_a_daemon_that_left_its_group_and_tag_is_stopped_with_the_job(
+    workdir: Path, code: int
+) -> None:
+    command = ["launch", "--framework", "torch", "-n", "1", "--grace", "1"]
+    result = run_dtrain([*command, "--", "bash", "-c", DAEMON.format(code=code)], workdir)
+    daemon = int((workdir / "daemon.pid").read_text())
+    left = wait_gone([daemon], 10.0)
+    if left:
+        os.kill(daemon, signal.SIGKILL)  # the test's own leftover: by its pid
+    assert result.returncode == code, result.stderr
+    assert not left, f"the daemon {daemon} outlived its job"
+
+
 def test_a_reader_that_goes_away_silences_output_but_not_the_job(workdir: Path) -> None:
     command = " ".join(
         shlex.quote(arg)
@@ -496,6 +541,39 @@ def test_missing_python_script_here_starts_nothing_and_exits_3(workdir: Path) ->
     assert "nosuch.py: no such file in" in result.stderr
     assert "nothing was started" in result.stderr
     assert not (workdir / "dtrain-logs").exists()
+
+
+@pytest.mark.parametrize("shell", [["bash"], ["sh", "-x"], ["bash", "-e", "-o", "pipefail"]])
+def test_a_missing_shell_script_starts_nothing_and_exits_3(workdir: Path, shell: list[str]) -> None:
+    result = run_dtrain(["launch", "-n", "1", "--", *shell, "missing.sh"], workdir)
+    assert result.returncode == 3, result.stderr
+    assert "missing.sh: no such file in" in result.stderr
+    assert "nothing was started" in result.stderr
+    assert not (workdir / "dtrain-logs").exists()
+
+
+def test_a_shell_script_bash_finds_on_path_and_bash_c_are_not_refused(workdir: Path) -> None:
+    folder = workdir / "bin"
+    folder.mkdir()
+    (folder / "on_path.sh").write_text("echo found on PATH\n")
+    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    args = ["launch", "--framework", "torch", "-n", "1", "--"]
+    result = run_dtrain([*args, "bash", "on_path.sh"], workdir, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "[worker.0] found on PATH" in result.stdout
+    assert run_dtrain([*args, "bash", "-c", "exit 0"], workdir).returncode == 0
+
+
+def test_a_gpu_this_machine_lacks_gets_a_note_and_the_job_still_runs(workdir: Path) -> None:
+    if os.path.exists("/proc/driver/nvidia/gpus/") or os.path.exists("/dev/kfd"):
+        pytest.skip("this machine has GPUs: the note is checked without them")
+    args = ["launch", "--framework", "torch", "--gpus", "7", "--", PYTHON, "-c", "pass"]
+    result = run_dtrain(args, workdir)
+    assert result.returncode == 0, result.stderr
+    assert (
+        ": worker.0: CUDA_VISIBLE_DEVICES=7, but this host has no GPU 7 "
+        "(the NVIDIA driver shows no GPU)\n"
+    ) in result.stderr
 
 
 def test_a_directory_as_the_command_says_it_is_a_directory(workdir: Path) -> None:

@@ -20,6 +20,7 @@ from dtrain.processes.stackgroups import (
     summary_lines,
     task_text,
 )
+from dtrain.render.processes import stacks_text
 
 
 def frames(*chain: str, line: int = 1) -> tuple[Frame, ...]:
@@ -74,7 +75,13 @@ def test_thread_order_never_splits_a_group() -> None:
 
 def test_processes_without_stacks_are_not_grouped_but_are_reported_per_host() -> None:
     missing = TaskStack(
-        "h2", 5, task="worker.1", threads=None, error="py-spy is not installed", looked_in=("/v",)
+        "h2",
+        5,
+        task="worker.1",
+        threads=None,
+        error="py-spy is not installed",
+        looked_in=("/v",),
+        interpreter="/v/python3",
     )
     shell = TaskStack("h1", 6, task="worker.0", argv=("/bin/sh", "-c", "x"), is_python=False)
     report = StacksReport(
@@ -87,7 +94,7 @@ def test_processes_without_stacks_are_not_grouped_but_are_reported_per_host() ->
     (problem,) = report.problems
     assert problem.host == "h2"
     assert "no stacks for 1 process (worker.1@h2): py-spy is not installed" in problem.message
-    assert problem.hint == "install it into the job's environment: /v/python -m pip install py-spy"
+    assert problem.hint == "install it into the job's environment: /v/python3 -m pip install py-spy"
     assert report.exit_code == ExitCode.ENVIRONMENT and report.status == "partial"
     assert summary_lines(report)[-1] == "1 process is not Python (sh): no stacks"
     assert [s.label for s in report.stacks] == [
@@ -164,3 +171,18 @@ def test_every_stack_lands_in_exactly_one_group_and_groups_grow_down_the_list(
     for g in groups:
         assert len({m.signature for m in g.members}) == 1
     assert len({g.sample.signature for g in groups}) == len(groups)
+
+
+def test_the_files_line_promises_full_stacks_only_where_they_were_taken() -> None:
+    def missing(pid: int) -> TaskStack:
+        return TaskStack("h2", pid, task=f"worker.{pid}", threads=None, error="no py-spy")
+
+    def text(*stacks: TaskStack) -> str:
+        report = StacksReport((HostStacks("h", labelled(stacks)),), files_dir="logs/j/stacks-1")
+        return stacks_text(report).splitlines()[-1]
+
+    assert text(task("worker.0", "h1", *WAIT)) == "every task's full stack: logs/j/stacks-1/"
+    assert text(task("worker.0", "h1", *WAIT), missing(1), missing(2)) == (
+        "the full stacks of 1 of 3 Python processes: logs/j/stacks-1/"
+    )
+    assert text(missing(1)) == "no stack was taken; logs/j/stacks-1/ says why for each task"

@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+from dtrain.processes import stacks
+from dtrain.processes.stackgroups import HostStacks, StacksReport, TaskStack
 from dtrain.remote import procs
 from tests.conftest import PYTHON, program, run_dtrain
 from tests.processes.test_sweep import Spawner, new_job, spawn, wait_for_job  # noqa: F401
@@ -114,3 +116,36 @@ def test_a_process_with_an_empty_job_id_writes_no_stacks_into_the_log_root(
     result = run_dtrain(["stacks"], tmp_path)  # every job here: this one has no id to ask for
     assert "): in wait_for_peer (where_stuck.py:15)" in result.stdout, result.stderr
     assert list(root.iterdir()) == []
+
+
+def test_a_python_found_on_path_is_named_in_the_hint_as_the_task_found_it(
+    spawn: Spawner,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    job = new_job()
+    spawn(["env", "PATH=/usr/bin:/bin", "python3", STUCK, "none"], job, task="worker.5")
+    wait_ready(wait_for_job(job, 1))
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # the agent's own PATH has no py-spy either
+    result = run_dtrain(["stacks", "--job", job], tmp_path, env=env)
+    assert result.returncode == 3, result.stderr
+    hint = "hint: install it into the job's environment: /usr/bin/python3 -m pip install py-spy"
+    assert hint in result.stderr
+
+
+def test_stack_files_are_private_and_two_runs_in_one_second_never_share_a_directory(
+    tmp_path: Path,
+) -> None:
+    stack = TaskStack("h1", 7, task="worker.0", threads=(), label="worker.0@h1")
+    report = StacksReport((HostStacks("h1", (stack,)),))
+    old_umask = os.umask(0)
+    try:
+        first = stacks.write_files(report, tmp_path, "20261127-120000")
+        second = stacks.write_files(report, tmp_path, "20261127-120000")
+    finally:
+        os.umask(old_umask)
+    assert first != second and second.name == "stacks-20261127-120000-2"
+    for where in (first, second):
+        assert where.stat().st_mode & 0o777 == 0o700
+        files = sorted(p.name for p in where.iterdir())
+        assert files == ["summary.txt", "worker.0@h1.txt"]
+        assert {(where / name).stat().st_mode & 0o777 for name in files} == {0o600}
