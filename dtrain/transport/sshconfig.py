@@ -155,10 +155,21 @@ def have_openssh() -> str | None:
     return shutil.which("ssh")
 
 
+# Asked of every `ssh -G`, so its answer holds the ServerAliveInterval the user chose, never
+# one OpenSSH derives. Its only derived interval is BatchMode's: with BatchMode yes and no
+# ServerAliveInterval, it fills in 300 s (readconf.c, fill_default_options), which `ssh -G`
+# prints like a value the config set, and 300 x 3 would let a silent host keep its tasks for
+# 15 minutes. An option on the command line is the first value OpenSSH obtains, so it wins
+# over the config's BatchMode, and the answer then says the config's own interval, or 0 (off)
+# when none is set; the two answers differ in nothing else. dtrain never prompts either way,
+# so the `batchmode` line of the answer is not read.
+SSH_G_OPTIONS = ("-o", "BatchMode=no")
+
+
 def ssh_g_argv(
     ssh: str, name: str, config_file: str | None, user: str | None, port: int | None
 ) -> list[str]:
-    argv = [ssh, "-G"]
+    argv = [ssh, "-G", *SSH_G_OPTIONS]
     if config_file is not None:
         argv += ["-F", config_file]
     if user:
@@ -262,7 +273,7 @@ def _answers_for(ssh: str, config_file: str | None) -> Answers | None:
     except (OSError, KeyError):  # no user name for this uid: the tokens cannot be keyed
         return None
     return Answers.for_config(
-        ssh, config_file, here.home, (here.user, str(here.uid), here.hostname)
+        ssh, config_file, here.home, (here.user, str(here.uid), here.hostname), SSH_G_OPTIONS
     )
 
 

@@ -17,7 +17,7 @@ from dtrain.transport import sshconfig
 from dtrain.transport.options import SshOptions
 from dtrain.transport.ssh import SshTransport
 from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster
-from tests.cluster.test_launch_ssh import assert_nothing_left, wait_running
+from tests.cluster.test_launch_ssh import assert_nothing_left, cluster_tasks, wait_running
 from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
 
 BY_TASK = program("by_task.py")
@@ -102,6 +102,35 @@ def test_server_alive_settings_set_the_heartbeat_timeout_of_their_host(
         assert proc.returncode == 255, stderr
         assert re.search(r"worker\.2@w3 was lost: no heartbeat from w3 for [34]s", stderr), stderr
         assert_nothing_left(cluster, job, within_s=3 + 1 + 3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_batchmode_alone_gives_a_host_cut_off_one_way_the_default_lease(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The cluster's config says BatchMode yes and nothing of ServerAlive, so `ssh -G` prints
+    the ServerAliveInterval 300 OpenSSH derives: h3, whose port 22 then receives nothing (its
+    own packets still leave), is lost after the default 15 s, not 300 x 3, and its agent stops
+    its tasks within the same lease."""
+    assert "BatchMode yes" in cluster.ssh_config.read_text()
+    args = ["launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    proc = start_dtrain(
+        [*args, "--grace", "1", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    )
+    try:
+        job = wait_running(tmp_path, 4)  # the scheduler and three workers
+        cluster.partition("h3", one_way=True)
+        _, stderr = proc.communicate(timeout=15 + 30)
+        assert proc.returncode == 255, stderr
+        assert re.search(r"worker\.2@h3 was lost: no heartbeat from h3 for 1[56]s", stderr), stderr
+        # no FIN reaches h3: its agent stops the task when its own lease (the same) runs out
+        deadline = time.monotonic() + 15 + 1 + 10
+        while cluster_tasks(cluster, job) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert_nothing_left(cluster, job)
     finally:
         if proc.poll() is None:
             proc.kill()
