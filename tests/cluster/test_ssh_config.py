@@ -214,6 +214,50 @@ def test_a_bastion_by_proxyjump_and_proxycommands_launches_and_leaves_no_proxy(
             cluster.clear_firewall(h)
 
 
+def test_a_failing_proxyjump_hop_is_named_with_what_to_do(cluster: Cluster, tmp_path: Path) -> None:
+    """h2 and h3 are reached through h1: what fails at h1 (its key refused, its forwarding
+    off, h1 unreachable, h3 not reachable from h1) is said of h1, with what to do there,
+    never blamed on the hosts behind it."""
+    config, hosts = bastion(cluster, tmp_path, BASTIONS["proxyjump"])
+    args = ["launch", "-H", str(hosts), "--ssh-config", str(config), "--connect-timeout", "2"]
+    args += ["-n", "2", "-s", "0", "--", "true"]
+    hop = "via jump host h1 (198.18.0.11:22)"
+    faults = {
+        "revoked": (
+            lambda: cluster.revoke_key("h1"),
+            lambda: cluster.restore_key("h1"),
+            f"2 hosts: {hop}: the server refused our keys as user root",
+            "ssh-copy-id -p 22 root@198.18.0.11",
+        ),
+        "no forwarding": (
+            lambda: cluster.sshd_override("h1", "AllowTcpForwarding no"),
+            lambda: cluster.sshd_override("h1", ""),
+            "2 hosts: jump host h1 refuses to forward connections (administratively prohibited)",
+            "sshd on h1 must allow forwarding (AllowTcpForwarding yes",
+        ),
+        "cut off": (
+            lambda: cluster.partition("h1"),
+            lambda: cluster.heal("h1"),
+            f"2 hosts: {hop}: connection timed out after 2s",
+            "check that h1 is up and that port 22 is open",
+        ),
+        "h3 refuses h1": (
+            lambda: cluster.firewall("h3", 22, "reject"),
+            lambda: cluster.refuse_from("h2", BRIDGE_ADDRESS),  # h2 as it was
+            "h3 (198.18.0.13:22): jump host h1 could not connect to 198.18.0.13:22 "
+            "(Connect failed)",
+            "check that 198.18.0.13 is up and that h1 can reach its port 22",
+        ),
+    }
+    for name, (fault, undo, line, hint) in faults.items():
+        fault()
+        result = run_dtrain(args, tmp_path, timeout_s=60)
+        undo()
+        assert result.returncode == 3, f"{name}: {result.stderr}"
+        assert line in result.stderr and hint in result.stderr, f"{name}: {result.stderr}"
+        assert "Exception" not in result.stderr, f"{name}: {result.stderr}"
+
+
 def test_a_proxycommand_dies_when_dtrain_is_sigkilled(cluster: Cluster, tmp_path: Path) -> None:
     config, hosts = bastion(cluster, tmp_path, BASTIONS["proxycommand nc"])
     marker = tmp_path / "cluster_config"
