@@ -59,8 +59,9 @@ class ProxySocket:
         self._timeout: float | None = None
         self._stderr = bytearray()
         self.closed = False
-        self._ended_itself = False
+        self._ended_itself: bool | None = None  # None: not ended yet (as far as `end` knows)
         self._close_lock = threading.Lock()
+        self._end_lock = threading.Lock()
         self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._stderr_reader.start()
 
@@ -86,9 +87,10 @@ class ProxySocket:
             self._stderr_reader.join(1.0)
         return self._stderr.decode("utf-8", "replace").strip()
 
-    def status_before_close(self) -> int | None:
-        """The command's exit status if it ended by itself (not by `close`), else None."""
-        if not self.closed:
+    def own_exit_status(self) -> int | None:
+        """The command's exit status if it ended by itself, else None (running, or ended by
+        `end`)."""
+        if self._ended_itself is None:
             return self.process.poll()
         return self.process.returncode if self._ended_itself else None
 
@@ -117,8 +119,7 @@ class ProxySocket:
         return os.read(self._out, size)
 
     def close(self) -> None:
-        """End the command and what it started in its session (SIGTERM, then SIGKILL after
-        a second), and reap it."""
+        """Close the pipes, then `end` the command."""
         with self._close_lock:  # paramiko's thread and the connecting one both close it
             if self.closed:
                 return
@@ -127,17 +128,25 @@ class ProxySocket:
             with contextlib.suppress(OSError):
                 if stream:
                     stream.close()
-        if self.process.poll() is not None:
-            self._ended_itself = True
-            return
-        self._signal_group(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            self._signal_group(signal.SIGKILL)
-            self.process.wait()
-        # it may have been on its way out already: an exit of its own is its own
-        self._ended_itself = self.process.returncode not in (-signal.SIGTERM, -signal.SIGKILL)
+        self.end()
+
+    def end(self) -> None:
+        """End the command and what it started in its session (SIGTERM, then SIGKILL after
+        a second), and reap it. The pipes stay open: a thread reading them sees their end
+        (this is how a connection under way is stopped; its own thread closes them)."""
+        with self._end_lock:
+            if self.process.poll() is not None:
+                if self._ended_itself is None:
+                    self._ended_itself = True
+                return
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.process.wait()
+            # it may have been on its way out already: an exit of its own is its own
+            self._ended_itself = self.process.returncode not in (-signal.SIGTERM, -signal.SIGKILL)
 
     def _signal_group(self, signum: int) -> None:
         """Signal the command's session (its own process group); called while it is not yet

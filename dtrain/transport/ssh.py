@@ -9,6 +9,7 @@ prompts. paramiko (through sshlib) is imported only when a job has remote hosts:
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -609,6 +610,9 @@ class SshTransport:
         self._spare_jumps: list[paramiko.SSHClient] = []  # nested hops that could not wait
         self._jump_depth = threading.local()
         self._lock = threading.Lock()
+        # what connections under way run over, to stop them at once (`abort`)
+        self._opened: list[socket.socket | ProxySocket] = []
+        self.is_aborted = False
 
     def target(self, host: Host, proxy_jump: str | None = None) -> SshTarget:
         if self.openssh is None:
@@ -689,7 +693,7 @@ class SshTransport:
 
         def one(host: Host, target: SshTarget) -> Problem | None:
             problem = self._connect_one(host, target)
-            if problem is None and then is not None:
+            if problem is None and then is not None and not self.is_aborted:
                 problem = then(host)
             return problem
 
@@ -697,8 +701,14 @@ class SshTransport:
         targets = self.distinct_targets(hosts)
         problems: dict[str, Problem] = {}
         width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
-        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:
+        pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect")
+        try:
             outcomes = list(pool.map(one, hosts, targets))
+        except BaseException:  # Ctrl-C or SIGTERM while connecting: stop now, not at a timeout
+            self.abort()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         for host, problem in zip(hosts, outcomes, strict=True):
             if problem is not None:
                 problems[host.key] = problem
@@ -710,6 +720,31 @@ class SshTransport:
         """Connections that had been dialled while paramiko loaded (`dtrain.transport.dial`)."""
         return self._dialling.taken if self._dialling is not None else 0
 
+    def abort(self) -> None:
+        """Stop every connection under way at once (Ctrl-C while connecting): shut down each
+        socket and end each ProxyCommand (and what it started), so no thread waits out a
+        timeout and nothing outlives dtrain; no connection starts after this."""
+        with self._lock:
+            self.is_aborted = True
+            opened, self._opened = self._opened, []
+        for sock in opened:
+            if isinstance(sock, ProxySocket):
+                sock.end()
+            else:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def _track(self, sock: socket.socket | paramiko.Channel | ProxySocket) -> None:
+        """Note a connection's socket for `abort`; after it, end the socket at once."""
+        if isinstance(sock, paramiko.Channel):  # it runs over its jump host's socket
+            return
+        with self._lock:
+            if not self.is_aborted:
+                self._opened.append(sock)
+                return
+        sock.close()
+        raise ConnectionAbortedError("dtrain stopped connecting")
+
     def _connect_one(self, host: Host, target: SshTarget) -> Problem | None:
         started = time.monotonic()
         last: Problem | None = None
@@ -718,7 +753,7 @@ class SshTransport:
                 client = self._connect(target)
             except Exception as exc:  # every failure becomes a message naming the host
                 last = describe_connect_error(host, target, exc, self.options)
-                if not _is_transient(exc) or attempt == 1:
+                if not _is_transient(exc) or attempt == 1 or self.is_aborted:
                     return last
                 time.sleep(0.2)
                 continue
@@ -819,6 +854,7 @@ class SshTransport:
         policy = _HostKeyPolicy(accept_new or no_check, target.known_hosts_files[0], trusting)
         client.set_missing_host_key_policy(policy)
         sock = self._open_socket(target)
+        self._track(sock)
         try:
             first = None
             if isinstance(sock, socket.socket):
@@ -828,7 +864,7 @@ class SshTransport:
             client.close()
             sock.close()
             if isinstance(sock, ProxySocket):
-                failure = _proxy_failure(sock, sock.status_before_close(), exc, target)
+                failure = _proxy_failure(sock, sock.own_exit_status(), exc, target)
                 if failure is not None:
                     raise failure from exc
             raise

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import signal
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import paramiko
@@ -19,7 +22,7 @@ import pytest
 
 from dtrain.errors import ExitCode
 from dtrain.transport.ssh import HandshakeFailed, IncompatiblePeer, UnknownHostKey, _is_transient
-from tests.conftest import run_dtrain
+from tests.conftest import run_dtrain, start_dtrain, wait_gone
 
 
 class Listener:
@@ -380,3 +383,57 @@ def test_no_key_to_offer_is_a_sentence_with_what_to_do(
         "ssh config",
     ]
     assert key_only_server.accepted == 1
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s}s"
+        time.sleep(0.05)
+
+
+def holding_config(
+    tmp_path: Path, listener_factory: type[Listener], holder: str
+) -> tuple[Path, Callable[[], bool]]:
+    """An ssh config whose host gpu9 holds a connection up as `holder` says, and whether that
+    connection has begun; a ProxyCommand writes its pid and its child's to proxy.pids."""
+    (tmp_path / "hosts").write_text("gpu9\n")
+    pids = tmp_path / "proxy.pids"
+    if holder == "ProxyCommand":
+        script = f"echo $$ > {pids}; sleep 120 & echo $! >> {pids}; wait"
+        config = proxy_config(tmp_path, f"sh -c '{script}'")
+        return config, lambda: pids.exists() and len(pids.read_text().split()) == 2
+    listener = listener_factory(BANNER if holder.startswith("banner") else b"")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu9\n  HostName 127.0.0.1\n  Port {listener.port}\n")
+    return config, lambda: listener.accepted > 0
+
+
+@pytest.mark.parametrize("holder", ["silent port", "banner, then silence", "ProxyCommand"])
+def test_ctrl_c_while_connecting_stops_at_once_and_leaves_nothing(
+    tmp_path: Path, listener_factory: type[Listener], holder: str
+) -> None:
+    """However a host holds the connection up (a port that never speaks, a banner and then
+    silence, a ProxyCommand that hangs, with a child of its own), the first Ctrl-C ends
+    dtrain with 130 long before the connect timeout (120 s), and no ProxyCommand is left."""
+    config, connecting = holding_config(tmp_path, listener_factory, holder)
+    pids = tmp_path / "proxy.pids"
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", str(config)]
+    proc = start_dtrain([*args, "--connect-timeout", "120", "--", "true"], tmp_path)
+    left: list[int] = []
+    try:
+        wait_until(connecting, "the connection")
+        time.sleep(1.0)  # well into the handshake's wait
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+        assert proc.returncode == 130, stderr
+        assert "dtrain: interrupted" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pids.exists():
+            left = wait_gone([int(pid) for pid in pids.read_text().split()], 5)
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+    assert left == [], "a ProxyCommand outlived dtrain"
