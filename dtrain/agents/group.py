@@ -266,6 +266,13 @@ class AgentGroup:
                 if host.is_local
                 else self.ssh.open_link(host, python=self.remote_python)
             )
+        except RemoteError as exc:  # the engine said what went wrong, and what to do
+            return Problem(
+                f"cannot start dtrain's agent: {exc.what}",
+                host=host.display,
+                hint=exc.hint,
+                code=AGENT_PROBLEM,
+            )
         except Exception as exc:  # any failure names its host
             return Problem(
                 f"cannot start dtrain's agent: {exc}", host=host.display, code=AGENT_PROBLEM

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtrain.errors import Problem, UsageError
+from dtrain.errors import Problem, RemoteError, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
@@ -914,8 +914,18 @@ class SshTransport:
             raise failure from exc
 
     def open_link(self, host: Host, python: str) -> SshLink:
+        """The agent on a new session of the host's connection; a session sshd refuses is a
+        `RemoteError` saying so and what to look at, not paramiko's words."""
         client = self.clients[host.key]
-        return SshLink(client, remote_command(python, self.options.setup))
+        try:
+            return SshLink(client, remote_command(python, self.options.setup))
+        except paramiko.ChannelException as exc:
+            raise RemoteError(
+                f"sshd refused it a session ({exc.text})",
+                host=host.display,
+                hint=f"sshd on {host.name} allows only so many sessions on one connection "
+                "(MaxSessions), and its log says why it refused this one",
+            ) from exc
 
     def drop(self, host: Host) -> None:
         """Abandon a host (lost or partitioned): closing unblocks any reader."""

@@ -258,6 +258,20 @@ def test_a_failing_proxyjump_hop_is_named_with_what_to_do(cluster: Cluster, tmp_
         assert "Exception" not in result.stderr, f"{name}: {result.stderr}"
 
 
+def test_a_session_sshd_refuses_is_a_sentence_with_what_to_look_at(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.sshd_override("h2", "MaxSessions 0")
+    args = ["launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    result = run_dtrain([*args, "-n", "3", "-s", "0", "--", "true"], tmp_path, timeout_s=60)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[1:] == [
+        "  h2: cannot start dtrain's agent: sshd refused it a session (Connect failed)",
+        "    hint: sshd on h2 allows only so many sessions on one connection (MaxSessions), and "
+        "its log says why it refused this one",
+    ]
+
+
 def test_a_proxycommand_dies_when_dtrain_is_sigkilled(cluster: Cluster, tmp_path: Path) -> None:
     config, hosts = bastion(cluster, tmp_path, BASTIONS["proxycommand nc"])
     marker = tmp_path / "cluster_config"

@@ -21,7 +21,18 @@ import paramiko
 import pytest
 
 from dtrain.errors import ExitCode
-from dtrain.transport.ssh import HandshakeFailed, IncompatiblePeer, UnknownHostKey, _is_transient
+from dtrain.plan.hosts import Host
+from dtrain.transport.ssh import (
+    CHANNEL_TIMEOUT,
+    CHANNEL_UNEXPLAINED,
+    HandshakeFailed,
+    HopFailed,
+    IncompatiblePeer,
+    NoKeys,
+    SshTarget,
+    UnknownHostKey,
+    _is_transient,
+)
 from tests.conftest import run_dtrain, start_dtrain, wait_gone
 
 
@@ -171,6 +182,29 @@ def refused() -> OSError:
     ],
 )
 def test_only_what_can_change_is_tried_again(exc: BaseException, transient: bool) -> None:
+    assert _is_transient(exc) is transient
+
+
+def hop_failed(cause: BaseException, *, is_forwarding: bool = False) -> HopFailed:
+    target = SshTarget(hostname="198.18.0.11", port=22, user="root")
+    return HopFailed(Host(name="h1"), target, cause, is_forwarding=is_forwarding)
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (NoKeys(), False),
+        (hop_failed(refused()), False),  # as the hop's own failure would be
+        (hop_failed(EOFError()), True),
+        (hop_failed(paramiko.ChannelException(2, "Connect failed"), is_forwarding=True), False),
+        (hop_failed(paramiko.SSHException(CHANNEL_TIMEOUT), is_forwarding=True), False),
+        # a refusal whose reason paramiko gave to another channel opened at once: asked again
+        (hop_failed(paramiko.SSHException(CHANNEL_UNEXPLAINED), is_forwarding=True), True),
+    ],
+)
+def test_a_failed_hop_is_tried_again_only_where_that_can_help(
+    exc: BaseException, transient: bool
+) -> None:
     assert _is_transient(exc) is transient
 
 
