@@ -354,7 +354,9 @@ class AgentGroup:
 
     def close(self) -> None:
         """Close every session in parallel; an unresponsive host cannot hold dtrain up."""
-        in_parallel(self.sessions.values(), AgentSession.close, CLOSE_TIMEOUT_S)
+        with self._lock:  # a connection stopped by Ctrl-C may still be adopting its agent
+            sessions = list(self.sessions.values())
+        in_parallel(sessions, AgentSession.close, CLOSE_TIMEOUT_S)
         if self._ssh is not None:
             self._ssh.close()
         if self._dialling is not None:  # dialled, and no transport made to take them

@@ -493,7 +493,7 @@ def _proxy_failure(
 ) -> HandshakeFailed | None:
     """A failure through a ProxyCommand told as the command's: it ended (`ended`: its exit
     status), it wrote an error, or it passed on no banner. None: the server's own failure."""
-    said = sock.stderr_text().splitlines()[-1:] if sock.stderr_text() else []
+    said = sock.stderr_text().splitlines()[-1:]
     hint = (
         f"run the ProxyCommand by hand (`{sock.command}`): it must carry the connection to "
         f"sshd on {target.hostname} port {target.port} over its stdin and stdout"
