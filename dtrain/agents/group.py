@@ -361,6 +361,8 @@ class AgentGroup:
             self._ssh.close()
         if self._dialling is not None:  # dialled, and no transport made to take them
             self._dialling.close()
+        if self._ahead is not None:  # `ssh -G` started, and no transport made to take it
+            self._ahead.stop()
         if self.step is not None:
             self.step.stop()
         self.sessions.clear()

@@ -943,6 +943,8 @@ class SshTransport:
             client.close()
         if self._dialling is not None:
             self._dialling.close()
+        if self._ahead is not None:  # stopped before it needed a host's settings
+            self._ahead.stop()
         self.clients.clear()
         self._jumps.clear()
         self._spare_jumps.clear()
