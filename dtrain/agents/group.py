@@ -266,6 +266,13 @@ class AgentGroup:
                 if host.is_local
                 else self.ssh.open_link(host, python=self.remote_python)
             )
+        except RemoteError as exc:  # the engine said what went wrong, and what to do
+            return Problem(
+                f"cannot start dtrain's agent: {exc.what}",
+                host=host.display,
+                hint=exc.hint,
+                code=AGENT_PROBLEM,
+            )
         except Exception as exc:  # any failure names its host
             return Problem(
                 f"cannot start dtrain's agent: {exc}", host=host.display, code=AGENT_PROBLEM
@@ -348,11 +355,15 @@ class AgentGroup:
 
     def close(self) -> None:
         """Close every session in parallel; an unresponsive host cannot hold dtrain up."""
-        in_parallel(self.sessions.values(), AgentSession.close, CLOSE_TIMEOUT_S)
+        with self._lock:  # a connection stopped by Ctrl-C may still be adopting its agent
+            sessions = list(self.sessions.values())
+        in_parallel(sessions, AgentSession.close, CLOSE_TIMEOUT_S)
         if self._ssh is not None:
             self._ssh.close()
         if self._dialling is not None:  # dialled, and no transport made to take them
             self._dialling.close()
+        if self._ahead is not None:  # `ssh -G` started, and no transport made to take it
+            self._ahead.stop()
         if self.step is not None:
             self.step.stop()
         self.sessions.clear()

@@ -59,7 +59,11 @@ class ProxySocket:
         self._timeout: float | None = None
         self._stderr = bytearray()
         self.closed = False
-        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self._ended_itself: bool | None = None  # None: not ended yet (as far as `end` knows)
+        self._close_lock = threading.Lock()
+        self._end_lock = threading.Lock()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
 
     @property
     def _closed(self) -> bool:  # paramiko's Transport.stop_thread reads it, as on a socket
@@ -77,7 +81,18 @@ class ProxySocket:
                 self._stderr = (self._stderr + chunk)[-STDERR_TAIL:]
 
     def stderr_text(self) -> str:
+        """What the command wrote to stderr (its last 4 KiB); once it is closed, all of it
+        (a child that still holds the pipe open is waited for a second at most)."""
+        if self.closed:
+            self._stderr_reader.join(1.0)
         return self._stderr.decode("utf-8", "replace").strip()
+
+    def own_exit_status(self) -> int | None:
+        """The command's exit status if it ended by itself, else None (running, or ended by
+        `end`)."""
+        if self._ended_itself is None:
+            return self.process.poll()
+        return self.process.returncode if self._ended_itself else None
 
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
@@ -104,19 +119,37 @@ class ProxySocket:
         return os.read(self._out, size)
 
     def close(self) -> None:
-        """End the command (SIGTERM, then SIGKILL after a second) and reap it."""
-        if self.closed:
-            return
-        self.closed = True
+        """Close the pipes, then `end` the command."""
+        with self._close_lock:  # paramiko's thread and the connecting one both close it
+            if self.closed:
+                return
+            self.closed = True
         for stream in (self.process.stdin, self.process.stdout):
             with contextlib.suppress(OSError):
                 if stream:
                     stream.close()
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()
+        self.end()
+
+    def end(self) -> None:
+        """End the command and what it started in its session (SIGTERM, then SIGKILL after
+        a second), and reap it. The pipes stay open: a thread reading them sees their end
+        (this is how a connection under way is stopped; its own thread closes them)."""
+        with self._end_lock:
+            if self.process.poll() is not None:
+                if self._ended_itself is None:
+                    self._ended_itself = True
+                return
+            self._signal_group(signal.SIGTERM)
             try:
                 self.process.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal_group(signal.SIGKILL)
                 self.process.wait()
+            # it may have been on its way out already: an exit of its own is its own
+            self._ended_itself = self.process.returncode not in (-signal.SIGTERM, -signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        """Signal the command's session (its own process group); called while it is not yet
+        reaped, so the group id is still this command's."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)

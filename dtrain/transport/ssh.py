@@ -9,6 +9,7 @@ prompts. paramiko (through sshlib) is imported only when a job has remote hosts:
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -24,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtrain.errors import Problem, UsageError
+from dtrain.errors import Problem, RemoteError, UsageError
 from dtrain.plan.hosts import Host, address_port, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
@@ -388,13 +389,37 @@ class UnknownHostKey(Exception):
 
 class HandshakeFailed(Exception):
     """The port answered, but no ssh session came of it; `is_transient` says whether another
-    try can help (sshd drops connections beyond MaxStartups before its banner)."""
+    try can help (sshd drops connections beyond MaxStartups before its banner); `hint`, what
+    to do when it is not the usual (an overloaded or refusing sshd)."""
 
-    def __init__(self, reason: str, *, is_ssh: bool, is_transient: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, is_ssh: bool, is_transient: bool = False, hint: str | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.is_ssh = is_ssh
         self.is_transient = is_transient
+        self.hint = hint
+
+
+class NoKeys(Exception):
+    """Nothing to offer the server: no key file found and no agent to ask (paramiko's "No
+    authentication methods available"); another try finds no more."""
+
+
+class HopFailed(Exception):
+    """A ProxyJump hop failed: connecting to `hop` itself (`cause` is that error), or, with
+    `is_forwarding`, the hop's forwarding to the host behind it. The host behind the hop is
+    not to blame, and the message names the hop."""
+
+    def __init__(
+        self, hop: Host, target: SshTarget, cause: BaseException, *, is_forwarding: bool = False
+    ) -> None:
+        super().__init__(str(cause))
+        self.hop = hop
+        self.target = target
+        self.cause = cause
+        self.is_forwarding = is_forwarding
 
 
 def _await_first_bytes(sock: socket.socket, timeout_s: float) -> bytes:
@@ -422,24 +447,73 @@ def _quoted_first_line(first: bytes) -> str:
 
 
 def _handshake_failure(
-    exc: paramiko.SSHException, first: bytes | None, timeout_s: float
+    exc: Exception, first: bytes | None, timeout_s: float, banner: str, alive: bool
 ) -> HandshakeFailed | None:
-    """What a failed paramiko handshake means, when it is about the banner or the protocol."""
+    """What a failed paramiko handshake means, when it is about the banner, the protocol or
+    the key exchange; `banner`: the server's SSH banner, when it sent one; `alive`: whether
+    the connection was still up (paramiko says "No existing session" either way)."""
     text = str(exc)
     if isinstance(exc, IncompatiblePeer):
         return HandshakeFailed(f"incompatible ssh server: {text}", is_ssh=True)
     sent = None if first is None or first.startswith(b"SSH-") else _quoted_first_line(first)
     if text.startswith(("Indecipherable protocol version", "Invalid SSH banner")):
         return HandshakeFailed(f"it answered {sent or text}", is_ssh=False)
-    if not text.startswith("Error reading SSH protocol banner"):
-        return None
-    if sent is not None:
-        return HandshakeFailed(f"it answered {sent} instead of an SSH banner", is_ssh=False)
-    if isinstance(exc.__context__, TimeoutError):
+    if text.startswith("Error reading SSH protocol banner"):
+        if sent is not None:
+            return HandshakeFailed(f"it answered {sent} instead of an SSH banner", is_ssh=False)
+        if isinstance(exc.__context__, TimeoutError):
+            return HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False)
+        return HandshakeFailed(
+            "the server closed the connection before its SSH banner",
+            is_ssh=True,
+            is_transient=True,
+        )
+    ran_out = text == "No existing session"  # the handshake's time ran out, or its connection
+    if isinstance(exc, (EOFError, ConnectionError)) or (ran_out and not alive):
+        said = f' after its banner "{banner}"' if banner else ""
+        return HandshakeFailed(
+            f"the server closed the connection during the ssh handshake{said}",
+            is_ssh=True,
+            is_transient=True,
+        )
+    if ran_out and not banner:
         return HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False)
-    return HandshakeFailed(
-        "the server closed the connection before its SSH banner", is_ssh=True, is_transient=True
+    if ran_out:
+        return HandshakeFailed(
+            f'no answer to the key exchange within {timeout_s:g} s after its banner "{banner}"',
+            is_ssh=True,
+            hint="the server took the connection, then went silent: check its load and its "
+            "sshd log, and for a firewall that lets only a connection's first packets through",
+        )
+    return None
+
+
+def _proxy_failure(
+    sock: ProxySocket, ended: int | None, exc: BaseException, target: SshTarget
+) -> HandshakeFailed | None:
+    """A failure through a ProxyCommand told as the command's: it ended (`ended`: its exit
+    status), it wrote an error, or it passed on no banner. None: the server's own failure."""
+    said = sock.stderr_text().splitlines()[-1:]
+    hint = (
+        f"run the ProxyCommand by hand (`{sock.command}`): it must carry the connection to "
+        f"sshd on {target.hostname} port {target.port} over its stdin and stdout"
     )
+    if isinstance(exc, (paramiko.AuthenticationException, *NO_LOGIN)):
+        return None  # the server's answer, carried as it should be
+    if ended is not None:
+        end = f"exited with {ended}" if ended >= 0 else f"was killed by signal {-ended}"
+        detail = f": {said[0]}" if said else " before the server's SSH banner"
+        return HandshakeFailed(
+            f"ProxyCommand `{sock.command}` {end}{detail}", is_ssh=True, hint=hint
+        )
+    if said:
+        return HandshakeFailed(
+            f"ProxyCommand `{sock.command}` said: {said[0]}", is_ssh=True, hint=hint
+        )
+    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
+        reason = f"{exc.reason} through ProxyCommand `{sock.command}`"
+        return HandshakeFailed(reason, is_ssh=True, hint=hint)
+    return None
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -536,6 +610,9 @@ class SshTransport:
         self._spare_jumps: list[paramiko.SSHClient] = []  # nested hops that could not wait
         self._jump_depth = threading.local()
         self._lock = threading.Lock()
+        # what connections under way run over, to stop them at once (`abort`)
+        self._opened: list[socket.socket | ProxySocket] = []
+        self.is_aborted = False
 
     def target(self, host: Host, proxy_jump: str | None = None) -> SshTarget:
         if self.openssh is None:
@@ -616,7 +693,7 @@ class SshTransport:
 
         def one(host: Host, target: SshTarget) -> Problem | None:
             problem = self._connect_one(host, target)
-            if problem is None and then is not None:
+            if problem is None and then is not None and not self.is_aborted:
                 problem = then(host)
             return problem
 
@@ -624,8 +701,14 @@ class SshTransport:
         targets = self.distinct_targets(hosts)
         problems: dict[str, Problem] = {}
         width = max(1, min(MAX_PARALLEL_CONNECTS, len(hosts)))
-        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect") as pool:
+        pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="dtrain-connect")
+        try:
             outcomes = list(pool.map(one, hosts, targets))
+        except BaseException:  # Ctrl-C or SIGTERM while connecting: stop now, not at a timeout
+            self.abort()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         for host, problem in zip(hosts, outcomes, strict=True):
             if problem is not None:
                 problems[host.key] = problem
@@ -637,6 +720,31 @@ class SshTransport:
         """Connections that had been dialled while paramiko loaded (`dtrain.transport.dial`)."""
         return self._dialling.taken if self._dialling is not None else 0
 
+    def abort(self) -> None:
+        """Stop every connection under way at once (Ctrl-C while connecting): shut down each
+        socket and end each ProxyCommand (and what it started), so no thread waits out a
+        timeout and nothing outlives dtrain; no connection starts after this."""
+        with self._lock:
+            self.is_aborted = True
+            opened, self._opened = self._opened, []
+        for sock in opened:
+            if isinstance(sock, ProxySocket):
+                sock.end()
+            else:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def _track(self, sock: socket.socket | paramiko.Channel | ProxySocket) -> None:
+        """Note a connection's socket for `abort`; after it, end the socket at once."""
+        if isinstance(sock, paramiko.Channel):  # it runs over its jump host's socket
+            return
+        with self._lock:
+            if not self.is_aborted:
+                self._opened.append(sock)
+                return
+        sock.close()
+        raise ConnectionAbortedError("dtrain stopped connecting")
+
     def _connect_one(self, host: Host, target: SshTarget) -> Problem | None:
         started = time.monotonic()
         last: Problem | None = None
@@ -645,7 +753,7 @@ class SshTransport:
                 client = self._connect(target)
             except Exception as exc:  # every failure becomes a message naming the host
                 last = describe_connect_error(host, target, exc, self.options)
-                if not _is_transient(exc) or attempt == 1:
+                if not _is_transient(exc) or attempt == 1 or self.is_aborted:
                     return last
                 time.sleep(0.2)
                 continue
@@ -662,12 +770,17 @@ class SshTransport:
             jump = self._jump_client(target.proxy_jump)
             transport = jump.get_transport()
             assert transport is not None
-            return transport.open_channel(
-                "direct-tcpip",
-                (target.hostname, target.port),
-                ("127.0.0.1", 0),
-                timeout=target.connect_timeout_s,
-            )
+            try:
+                return transport.open_channel(
+                    "direct-tcpip",
+                    (target.hostname, target.port),
+                    ("127.0.0.1", 0),
+                    timeout=target.connect_timeout_s,
+                )
+            except paramiko.SSHException as exc:  # the hop could not or would not forward
+                user, name, port = split_jump_hop(target.proxy_jump.split(",")[-1])
+                hop = _hop_host(user, name, port)
+                raise HopFailed(hop, target, exc, is_forwarding=True) from exc
         dialled = self._dialling.take(target.hostname, target.port) if self._dialling else None
         if dialled is not None:
             return dialled.result()  # or the very error its dial raised
@@ -718,6 +831,10 @@ class SshTransport:
         self._jump_depth.value = depth + 1
         try:
             return self._connect(target)
+        except HopFailed:  # a hop before this one: it is the one to name
+            raise
+        except Exception as exc:
+            raise HopFailed(jump_host, target, exc) from exc
         finally:
             self._jump_depth.value = depth
 
@@ -737,6 +854,7 @@ class SshTransport:
         policy = _HostKeyPolicy(accept_new or no_check, target.known_hosts_files[0], trusting)
         client.set_missing_host_key_policy(policy)
         sock = self._open_socket(target)
+        self._track(sock)
         try:
             first = None
             if isinstance(sock, socket.socket):
@@ -745,10 +863,10 @@ class SshTransport:
         except BaseException as exc:
             client.close()
             sock.close()
-            if isinstance(sock, ProxySocket) and sock.stderr_text():
-                raise HandshakeFailed(
-                    f"ProxyCommand `{sock.command}` said: {sock.stderr_text()}", is_ssh=True
-                ) from exc
+            if isinstance(sock, ProxySocket):
+                failure = _proxy_failure(sock, sock.own_exit_status(), exc, target)
+                if failure is not None:
+                    raise failure from exc
             raise
         transport = client.get_transport()
         if target.server_alive_s and transport is not None:
@@ -784,15 +902,30 @@ class SshTransport:
                 passphrase=None,
                 transport_factory=TunedTransport,  # type: ignore[arg-type]  # stubs lag paramiko
             )
-        except paramiko.SSHException as exc:
-            failure = _handshake_failure(exc, first, target.connect_timeout_s)
+        except (paramiko.SSHException, EOFError, ConnectionError) as exc:
+            if str(exc) == "No authentication methods available":
+                raise NoKeys() from exc
+            transport = client.get_transport()
+            banner = transport.remote_version if transport is not None else ""
+            alive = transport is not None and transport.is_active()
+            failure = _handshake_failure(exc, first, target.connect_timeout_s, banner, alive)
             if failure is None:
                 raise
             raise failure from exc
 
     def open_link(self, host: Host, python: str) -> SshLink:
+        """The agent on a new session of the host's connection; a session sshd refuses is a
+        `RemoteError` saying so and what to look at, not paramiko's words."""
         client = self.clients[host.key]
-        return SshLink(client, remote_command(python, self.options.setup))
+        try:
+            return SshLink(client, remote_command(python, self.options.setup))
+        except paramiko.ChannelException as exc:
+            raise RemoteError(
+                f"sshd refused it a session ({exc.text})",
+                host=host.display,
+                hint=f"sshd on {host.name} allows only so many sessions on one connection "
+                "(MaxSessions), and its log says why it refused this one",
+            ) from exc
 
     def drop(self, host: Host) -> None:
         """Abandon a host (lost or partitioned): closing unblocks any reader."""
@@ -810,21 +943,32 @@ class SshTransport:
             client.close()
         if self._dialling is not None:
             self._dialling.close()
+        if self._ahead is not None:  # stopped before it needed a host's settings
+            self._ahead.stop()
         self.clients.clear()
         self._jumps.clear()
         self._spare_jumps.clear()
 
 
 DEFINITE_ERRNOS = (errno.EHOSTUNREACH, errno.ENETUNREACH)
+CHANNEL_TIMEOUT = "Timeout opening channel."  # paramiko's words for a forwarding that hangs
+CHANNEL_UNEXPLAINED = "Unable to open channel."  # ... and for one refused, reason taken
 
 
 def _is_transient(exc: BaseException) -> bool:
     """Whether another try can help: a definite answer (refused, no banner, not ssh, a key or
     login refused, no such name or route) stays the same, and a timed-out TCP connect already
     had the kernel's own SYN retries."""
+    if isinstance(exc, HopFailed) and exc.is_forwarding:
+        # paramiko keeps one refusal per connection: of two channels refused at once, one
+        # learns why and the other only that it failed; asked again, it learns why too
+        return str(exc.cause) == CHANNEL_UNEXPLAINED
+    if isinstance(exc, HopFailed):
+        return _is_transient(exc.cause)
     if isinstance(exc, HandshakeFailed):
         return exc.is_transient
     definite = (
+        NoKeys,
         UnknownHostKey,
         paramiko.BadHostKeyException,
         paramiko.AuthenticationException,
@@ -847,6 +991,10 @@ def describe_connect_error(
     where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
     grouped = functools.partial(_grouped, where, host)
 
+    if isinstance(exc, HopFailed):
+        return _hop_problem(where, host, target, exc, options)
+    if isinstance(exc, NoKeys):
+        return _no_keys_problem(where, host, target)
     if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
         return grouped(
             "not_ssh",
@@ -861,9 +1009,11 @@ def describe_connect_error(
         return grouped(
             "handshake",
             exc.reason,
-            f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
+            exc.hint
+            or f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
             "client (sshd's log says why); --debug shows the ssh exchange",
-            "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
+            exc.hint
+            or "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
             "client (sshd's log says why); --debug shows the ssh exchange",
         )
     if isinstance(exc, NO_LOGIN):
@@ -911,13 +1061,70 @@ def describe_connect_error(
     )
 
 
+def _hop_problem(
+    where: str, host: Host, target: SshTarget, exc: HopFailed, options: SshOptions
+) -> Problem:
+    """A failed ProxyJump hop, named as the failure's place: every host behind it shares
+    the one line and the hop's own hint."""
+    hop = exc.hop.name
+    hint: str | None
+    if exc.is_forwarding:
+        reason, hint = _forwarding_failure(hop, target, exc.cause)
+        code = "jump_forwarding"
+    else:
+        problem = describe_connect_error(exc.hop, exc.target, exc.cause, options)
+        reason, hint, code = f"via jump host {problem.message}", problem.hint, problem.code
+    return _grouped(where, host, code, reason, hint, hint)
+
+
+def _forwarding_failure(hop: str, target: SshTarget, cause: BaseException) -> tuple[str, str]:
+    """(reason, hint) when jump host `hop` would not or could not connect on to `target`."""
+    if isinstance(cause, paramiko.ChannelException) and cause.code == 1:
+        return (
+            f"jump host {hop} refuses to forward connections (administratively prohibited)",
+            f"sshd on {hop} must allow forwarding (AllowTcpForwarding yes in its sshd_config), "
+            "or reach the host another way (ProxyCommand)",
+        )
+    if isinstance(cause, paramiko.ChannelException):
+        failed = f"jump host {hop} could not connect to {target.display} ({cause.text})"
+    elif str(cause) == CHANNEL_TIMEOUT:
+        failed = f"jump host {hop} got no connection to {target.display} within " + (
+            f"{target.connect_timeout_s:g}s"
+        )
+    else:
+        failed = f"jump host {hop} opened no connection to {target.display}"
+    return failed, (
+        f"check that {target.hostname} is up and that {hop} can reach its port {target.port} "
+        f"(`ssh {hop} nc -zv {target.hostname} {target.port}`)"
+    )
+
+
+def _no_keys_problem(where: str, host: Host, target: SshTarget) -> Problem:
+    """Nothing to log in with: which keys were looked for, and how to make one."""
+    if target.identity_files:
+        files = ", ".join(target.identity_files)
+        looked = f"IdentityFile {files} not found"
+    else:
+        looked = "no ~/.ssh/id_* key"
+    agent = target.use_agent and not target.identities_only
+    looked += ", and ssh-agent has none" if agent else ", and ssh-agent is not asked"
+    return Problem(
+        f"{where}: no ssh key to log in with as {target.user} ({looked})",
+        host=host.display,
+        code="auth_no_key",
+        hint=f"make a key (ssh-keygen -t ed25519) and install it on {host.name} "
+        f"(ssh-copy-id -p {target.port} {target.user}@{target.hostname}), or name yours "
+        "with IdentityFile in your ssh config",
+    )
+
+
 def _grouped(
     where: str,
     host: Host,
     code: str,
     reason: str,
-    hint: str,
-    group_hint: str,
+    hint: str | None,
+    group_hint: str | None,
     message: str = "",
 ) -> Problem:
     """A problem that prints as one line with every other host failing for `reason`."""

@@ -122,11 +122,16 @@ def answer_key(fingerprint: str, name: str, user: str | None, port: int | None) 
 
 
 def config_fingerprint(
-    ssh: str, config_file: str | None, home: str, facts: tuple[str, ...]
+    ssh: str,
+    config_file: str | None,
+    home: str,
+    facts: tuple[str, ...],
+    options: tuple[str, ...] = (),
 ) -> str | None:
     """A digest of everything `ssh -G` reads, or None when its answers must not be cached (the
     config says so, or a file could not be read as OpenSSH would). `facts`: this side's user,
-    uid and host name (with `home`, what the tokens expand to)."""
+    uid and host name (with `home`, what the tokens expand to); `options`: what dtrain adds to
+    every `ssh -G` command line (an answer asked without them is not one asked with them)."""
     digest = hashlib.sha256()
 
     def add(*parts: object) -> None:
@@ -139,6 +144,7 @@ def config_fingerprint(
         return None
     add(os.path.realpath(ssh), binary.st_dev, binary.st_ino, binary.st_size, binary.st_mtime_ns)
     add(config_file or "", home, *facts)
+    add("options", *options)
     if config_file is not None:
         tops = [(os.path.abspath(config_file), False)]
     else:
@@ -214,11 +220,16 @@ class Answers:
 
     @classmethod
     def for_config(
-        cls, ssh: str, config_file: str | None, home: str, facts: tuple[str, ...]
+        cls,
+        ssh: str,
+        config_file: str | None,
+        home: str,
+        facts: tuple[str, ...],
+        options: tuple[str, ...] = (),
     ) -> Answers | None:
         """The answers for this client and config, or None when they must be asked each time."""
         try:
-            fingerprint = config_fingerprint(ssh, config_file, home, facts)
+            fingerprint = config_fingerprint(ssh, config_file, home, facts, options)
         except OSError as exc:  # a config OpenSSH may not read either: let it say so
             logger.debug("ssh -G answers not cached: %s", exc)
             return None

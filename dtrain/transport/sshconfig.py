@@ -9,14 +9,16 @@ honour are pure; running ssh is at the edge. The user's config is only read, nev
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,10 +157,21 @@ def have_openssh() -> str | None:
     return shutil.which("ssh")
 
 
+# Asked of every `ssh -G`, so its answer holds the ServerAliveInterval the user chose, never
+# one OpenSSH derives. Its only derived interval is BatchMode's: with BatchMode yes and no
+# ServerAliveInterval, it fills in 300 s (readconf.c, fill_default_options), which `ssh -G`
+# prints like a value the config set, and 300 x 3 would let a silent host keep its tasks for
+# 15 minutes. An option on the command line is the first value OpenSSH obtains, so it wins
+# over the config's BatchMode, and the answer then says the config's own interval, or 0 (off)
+# when none is set; the two answers differ in nothing else. dtrain never prompts either way,
+# so the `batchmode` line of the answer is not read.
+SSH_G_OPTIONS = ("-o", "BatchMode=no")
+
+
 def ssh_g_argv(
     ssh: str, name: str, config_file: str | None, user: str | None, port: int | None
 ) -> list[str]:
-    argv = [ssh, "-G"]
+    argv = [ssh, "-G", *SSH_G_OPTIONS]
     if config_file is not None:
         argv += ["-F", config_file]
     if user:
@@ -169,35 +182,57 @@ def ssh_g_argv(
 
 
 def run_ssh_g(
-    ssh: str, name: str, config_file: str | None, user: str | None, port: int | None
+    ssh: str,
+    name: str,
+    config_file: str | None,
+    user: str | None,
+    port: int | None,
+    started: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> str:
     """One host's `ssh -G` answer; an error naming the host and OpenSSH's own words when it
-    refuses the config (a bad line, a Match exec that hangs)."""
+    refuses the config (a bad line, a Match exec that hangs). It runs in a session of its own,
+    so a Match exec's command ends with it (`end_session`); `started` is given the process."""
     argv = ssh_g_argv(ssh, name, config_file, user, port)
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    if started is not None:
+        started(process)
     try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=SSH_G_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        stdout, stderr = process.communicate(timeout=SSH_G_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise UsageError(
             f"`ssh -G {name}` took more than {SSH_G_TIMEOUT_S:g} s (a Match exec that hangs?)",
             hint="fix the ssh config until `ssh -G HOST` answers at once",
         ) from None
-    if done.returncode != 0:
+    finally:
+        end_session(process)  # what a Match exec left behind
+    if process.returncode != 0:
         words = " ".join(
-            line for line in done.stderr.splitlines() if not line.startswith("Pseudo-terminal")
+            line for line in stderr.splitlines() if not line.startswith("Pseudo-terminal")
         )
-        words = words or f"exit {done.returncode}"
+        words = words or f"exit {process.returncode}"
         raise UsageError(
             f"OpenSSH refuses the ssh config for host {name}: {words}",
             hint=f"`{' '.join(argv)}` shows the same; fix the line it names",
         )
-    return done.stdout
+    return stdout
+
+
+def end_session(process: subprocess.Popen[str], reap: bool = True) -> None:
+    """Kill an `ssh -G` and every command its Match exec started (its session), and reap it
+    (`reap` False: the thread that runs it reaps it). The session's id is the process's own,
+    still reserved while it is not reaped."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if reap:
+            process.communicate()
 
 
 HostKey = tuple[str, str | None, int | None]  # (name, user, port), as a hosts file gives them
@@ -219,6 +254,7 @@ class Resolving:
         self.config_file = config_file
         self.hosts = tuple(hosts)
         self._futures: list[Future[dict[str, tuple[str, ...]]]] = []
+        self._running: list[subprocess.Popen[str]] = []  # every `ssh -G` started
         self._answers: Answers | None = None
         if not self.hosts:
             return
@@ -238,17 +274,27 @@ class Resolving:
             pool.shutdown(wait=False)  # its threads end with the last `ssh -G`
 
     def _ask(self, name: str, user: str | None, port: int | None) -> dict[str, tuple[str, ...]]:
-        text = run_ssh_g(self.ssh, name, self.config_file, user, port)
+        text = run_ssh_g(self.ssh, name, self.config_file, user, port, self._running.append)
         if self._answers is not None:
             self._answers.put(name, user, port, text)
         return parse_ssh_g(text)
+
+    def stop(self) -> None:
+        """Kill every `ssh -G` still running, with what its Match exec runs: whatever stops
+        dtrain early (Ctrl-C, an error elsewhere) leaves none of them behind."""
+        for process in list(self._running):
+            end_session(process, reap=False)
 
     def each(self) -> list[tuple[HostKey, Future[dict[str, tuple[str, ...]]]]]:
         """Each host with its answer to come: for what can start before every host has one."""
         return list(zip(self.hosts, self._futures, strict=True))
 
     def result(self) -> list[dict[str, tuple[str, ...]]]:
-        wait(self._futures)
+        try:
+            wait(self._futures)
+        except BaseException:  # Ctrl-C while waiting
+            self.stop()
+            raise
         if self._answers is not None and self._answers.stored:
             self._answers.prune()
         return [f.result() for f in self._futures]
@@ -262,7 +308,7 @@ def _answers_for(ssh: str, config_file: str | None) -> Answers | None:
     except (OSError, KeyError):  # no user name for this uid: the tokens cannot be keyed
         return None
     return Answers.for_config(
-        ssh, config_file, here.home, (here.user, str(here.uid), here.hostname)
+        ssh, config_file, here.home, (here.user, str(here.uid), here.hostname), SSH_G_OPTIONS
     )
 
 

@@ -515,14 +515,19 @@ class Cluster:
         state.firewall_rules.clear()
         self._nft(state, "", FIREWALL_TABLE)
 
-    def partition(self, host: HostRef, all_traffic: bool = False) -> None:
+    def partition(self, host: HostRef, all_traffic: bool = False, one_way: bool = False) -> None:
         """Silently drop the host's ssh traffic (port 22, both directions, established too).
 
         An open session stalls with no FIN or RST; new connects time out. With `all_traffic`,
-        every packet on the host's eth0 is dropped instead.
+        every packet on the host's eth0 is dropped instead. With `one_way`, only what comes in
+        to its port 22 is dropped: the host's own packets still leave (and are answered, but
+        the answers never arrive).
         """
         state = self._state(host)
         match = "drop" if all_traffic else "tcp dport 22 drop\ntcp sport 22 drop"
+        outgoing = "" if one_way else match
+        if one_way:
+            match = "tcp dport 22 drop"
         self._nft(
             state,
             f"""
@@ -535,7 +540,7 @@ class Cluster:
               chain output {{
                 type filter hook output priority -10; policy accept;
                 oif "lo" accept
-                {match}
+                {outgoing}
               }}
             }}""",
             PARTITION_TABLE,

@@ -17,7 +17,7 @@ from dtrain.transport import sshconfig
 from dtrain.transport.options import SshOptions
 from dtrain.transport.ssh import SshTransport
 from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster
-from tests.cluster.test_launch_ssh import assert_nothing_left, wait_running
+from tests.cluster.test_launch_ssh import assert_nothing_left, cluster_tasks, wait_running
 from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
 
 BY_TASK = program("by_task.py")
@@ -108,6 +108,35 @@ def test_server_alive_settings_set_the_heartbeat_timeout_of_their_host(
             proc.wait()
 
 
+def test_batchmode_alone_gives_a_host_cut_off_one_way_the_default_lease(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The cluster's config says BatchMode yes and nothing of ServerAlive, so `ssh -G` prints
+    the ServerAliveInterval 300 OpenSSH derives: h3, whose port 22 then receives nothing (its
+    own packets still leave), is lost after the default 15 s, not 300 x 3, and its agent stops
+    its tasks within the same lease."""
+    assert "BatchMode yes" in cluster.ssh_config.read_text()
+    args = ["launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    proc = start_dtrain(
+        [*args, "--grace", "1", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK, "*=sleep"], tmp_path
+    )
+    try:
+        job = wait_running(tmp_path, 4)  # the scheduler and three workers
+        cluster.partition("h3", one_way=True)
+        _, stderr = proc.communicate(timeout=15 + 30)
+        assert proc.returncode == 255, stderr
+        assert re.search(r"worker\.2@h3 was lost: no heartbeat from h3 for 1[56]s", stderr), stderr
+        # no FIN reaches h3: its agent stops the task when its own lease (the same) runs out
+        deadline = time.monotonic() + 15 + 1 + 10
+        while cluster_tasks(cluster, job) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert_nothing_left(cluster, job)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def bastion(cluster: Cluster, tmp_path: Path, how: str) -> tuple[Path, Path]:
     """h1 is the jump host; h2 and h3 drop ssh from the launcher, and are reached through h1
     by `how` (a ProxyJump or ProxyCommand line). The cluster's own config comes after."""
@@ -183,6 +212,64 @@ def test_a_bastion_by_proxyjump_and_proxycommands_launches_and_leaves_no_proxy(
         assert wait_gone(proxy_pids(workdir / "cluster_config"), 5) == [], name
         for h in cluster.hosts[1:]:
             cluster.clear_firewall(h)
+
+
+def test_a_failing_proxyjump_hop_is_named_with_what_to_do(cluster: Cluster, tmp_path: Path) -> None:
+    """h2 and h3 are reached through h1: what fails at h1 (its key refused, its forwarding
+    off, h1 unreachable, h3 not reachable from h1) is said of h1, with what to do there,
+    never blamed on the hosts behind it."""
+    config, hosts = bastion(cluster, tmp_path, BASTIONS["proxyjump"])
+    args = ["launch", "-H", str(hosts), "--ssh-config", str(config), "--connect-timeout", "2"]
+    args += ["-n", "2", "-s", "0", "--", "true"]
+    hop = "via jump host h1 (198.18.0.11:22)"
+    faults = {
+        "revoked": (
+            lambda: cluster.revoke_key("h1"),
+            lambda: cluster.restore_key("h1"),
+            f"2 hosts: {hop}: the server refused our keys as user root",
+            "ssh-copy-id -p 22 root@198.18.0.11",
+        ),
+        "no forwarding": (
+            lambda: cluster.sshd_override("h1", "AllowTcpForwarding no"),
+            lambda: cluster.sshd_override("h1", ""),
+            "2 hosts: jump host h1 refuses to forward connections (administratively prohibited)",
+            "sshd on h1 must allow forwarding (AllowTcpForwarding yes",
+        ),
+        "cut off": (
+            lambda: cluster.partition("h1"),
+            lambda: cluster.heal("h1"),
+            f"2 hosts: {hop}: connection timed out after 2s",
+            "check that h1 is up and that port 22 is open",
+        ),
+        "h3 refuses h1": (
+            lambda: cluster.firewall("h3", 22, "reject"),
+            lambda: cluster.refuse_from("h2", BRIDGE_ADDRESS),  # h2 as it was
+            "h3 (198.18.0.13:22): jump host h1 could not connect to 198.18.0.13:22 "
+            "(Connect failed)",
+            "check that 198.18.0.13 is up and that h1 can reach its port 22",
+        ),
+    }
+    for name, (fault, undo, line, hint) in faults.items():
+        fault()
+        result = run_dtrain(args, tmp_path, timeout_s=60)
+        undo()
+        assert result.returncode == 3, f"{name}: {result.stderr}"
+        assert line in result.stderr and hint in result.stderr, f"{name}: {result.stderr}"
+        assert "Exception" not in result.stderr, f"{name}: {result.stderr}"
+
+
+def test_a_session_sshd_refuses_is_a_sentence_with_what_to_look_at(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.sshd_override("h2", "MaxSessions 0")
+    args = ["launch", "-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
+    result = run_dtrain([*args, "-n", "3", "-s", "0", "--", "true"], tmp_path, timeout_s=60)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[1:] == [
+        "  h2: cannot start dtrain's agent: sshd refused it a session (Connect failed)",
+        "    hint: sshd on h2 allows only so many sessions on one connection (MaxSessions), and "
+        "its log says why it refused this one",
+    ]
 
 
 def test_a_proxycommand_dies_when_dtrain_is_sigkilled(cluster: Cluster, tmp_path: Path) -> None:

@@ -9,17 +9,31 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import signal
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import paramiko
 import pytest
 
 from dtrain.errors import ExitCode
-from dtrain.transport.ssh import HandshakeFailed, IncompatiblePeer, UnknownHostKey, _is_transient
-from tests.conftest import run_dtrain
+from dtrain.plan.hosts import Host
+from dtrain.transport.ssh import (
+    CHANNEL_TIMEOUT,
+    CHANNEL_UNEXPLAINED,
+    HandshakeFailed,
+    HopFailed,
+    IncompatiblePeer,
+    NoKeys,
+    SshTarget,
+    UnknownHostKey,
+    _is_transient,
+)
+from tests.conftest import run_dtrain, start_dtrain, wait_gone
 
 
 class Listener:
@@ -45,12 +59,15 @@ class Listener:
             except TimeoutError:
                 continue
             self.accepted += 1
-            if self.greeting:
-                conn.sendall(self.greeting)
-            if self.close_after:
-                conn.close()
-            else:
-                self.held.append(conn)
+            self.answer(conn)
+
+    def answer(self, conn: socket.socket) -> None:
+        if self.greeting:
+            conn.sendall(self.greeting)
+        if self.close_after:
+            conn.close()
+        else:
+            self.held.append(conn)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -168,6 +185,29 @@ def test_only_what_can_change_is_tried_again(exc: BaseException, transient: bool
     assert _is_transient(exc) is transient
 
 
+def hop_failed(cause: BaseException, *, is_forwarding: bool = False) -> HopFailed:
+    target = SshTarget(hostname="198.18.0.11", port=22, user="root")
+    return HopFailed(Host(name="h1"), target, cause, is_forwarding=is_forwarding)
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (NoKeys(), False),
+        (hop_failed(refused()), False),  # as the hop's own failure would be
+        (hop_failed(EOFError()), True),
+        (hop_failed(paramiko.ChannelException(2, "Connect failed"), is_forwarding=True), False),
+        (hop_failed(paramiko.SSHException(CHANNEL_TIMEOUT), is_forwarding=True), False),
+        # a refusal whose reason paramiko gave to another channel opened at once: asked again
+        (hop_failed(paramiko.SSHException(CHANNEL_UNEXPLAINED), is_forwarding=True), True),
+    ],
+)
+def test_a_failed_hop_is_tried_again_only_where_that_can_help(
+    exc: BaseException, transient: bool
+) -> None:
+    assert _is_transient(exc) is transient
+
+
 def test_an_unknown_host_key_is_definite() -> None:
     key = paramiko.RSAKey.generate(1024)
     assert _is_transient(UnknownHostKey("h", key)) is False
@@ -233,3 +273,201 @@ def test_doctor_prints_one_finding_for_hosts_refused_alike(
     failed = [r["host"] for r in document["data"]["results"] if r["status"] == "fail"]
     assert failed == names
     assert len(document["errors"]) == 40
+
+
+BANNER = b"SSH-2.0-OpenSSH_9.2p1\r\n"
+
+
+def test_a_banner_then_silence_is_one_sentence_and_not_tried_again(
+    tmp_path: Path, listener_factory: type[Listener]
+) -> None:
+    """paramiko's handshake runs out of time as "No existing session"; tried again, the
+    user waited twice the timeout for it."""
+    mute = listener_factory(BANNER)
+    code, lines = launch_on(tmp_path, mute.port, "--connect-timeout", "1")
+    assert code == ExitCode.ENVIRONMENT
+    assert lines[1:] == [
+        f"  127.0.0.1:{mute.port}: no answer to the key exchange within 1 s after its banner "
+        '"SSH-2.0-OpenSSH_9.2p1"',
+        "    hint: the server took the connection, then went silent: check its load and its "
+        "sshd log, and for a firewall that lets only a connection's first packets through",
+    ]
+    assert mute.accepted == 1
+
+
+def test_a_banner_then_a_close_is_one_sentence_without_waiting_for_the_timeout(
+    tmp_path: Path, listener_factory: type[Listener]
+) -> None:
+    """Not `EOFError:` or a reset's errno; tried once more, as a close before the banner
+    (MaxStartups), and never waited on: the run's own bound is far below --connect-timeout."""
+    closing = listener_factory(BANNER, close_after=True)
+    (tmp_path / "hosts").write_text(f"127.0.0.1:{closing.port}\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", "/dev/null"]
+    result = run_dtrain([*args, "--connect-timeout", "120", "--", "true"], tmp_path, timeout_s=60)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    assert result.stderr.splitlines()[1] == (
+        f"  127.0.0.1:{closing.port}: the server closed the connection during the ssh "
+        'handshake after its banner "SSH-2.0-OpenSSH_9.2p1"'
+    )
+    assert closing.accepted == 2
+
+
+def proxy_config(tmp_path: Path, command: str) -> Path:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu9\n  ProxyCommand {command}\n")
+    (tmp_path / "hosts").write_text("gpu9\n")
+    return config
+
+
+PROXY_HINT = (
+    "    hint: run the ProxyCommand by hand (`{command}`): it must carry the connection to "
+    "sshd on gpu9 port 22 over its stdin and stdout"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("sh -c 'echo no route to gpu9 >&2; exit 1'", "exited with 1: no route to gpu9"),
+        ("true", "exited with 0 before the server's SSH banner"),
+        ("sleep 60", "no SSH banner within 1 s through ProxyCommand `sleep 60`"),
+    ],
+)
+def test_a_proxycommand_that_fails_ends_or_hangs_is_named_with_what_to_do(
+    tmp_path: Path, command: str, said: str
+) -> None:
+    config = proxy_config(tmp_path, command)
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", str(config)]
+    result = run_dtrain([*args, "--connect-timeout", "1", "--", "true"], tmp_path)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    lines = result.stderr.splitlines()
+    message = said if said.startswith("no SSH") else f"ProxyCommand `{command}` {said}"
+    assert lines[1:] == [f"  gpu9:22: {message}", PROXY_HINT.format(command=command)]
+
+
+def test_a_failing_jump_host_is_named_not_the_host_behind_it(
+    tmp_path: Path, listener_factory: type[Listener]
+) -> None:
+    hop = listener_factory()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu9\n  HostName 127.0.0.9\n  ProxyJump 127.0.0.1:{hop.port}\n")
+    (tmp_path / "hosts").write_text("gpu9\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", str(config)]
+    result = run_dtrain([*args, "--connect-timeout", "1", "--", "true"], tmp_path)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    assert result.stderr.splitlines()[1:] == [
+        f"  gpu9 (127.0.0.9:22): via jump host 127.0.0.1:{hop.port} is not an ssh server: "
+        "no SSH banner within 1 s",
+        HINT.format(port=hop.port),
+    ]
+    assert hop.accepted == 1
+
+
+class KeyOnlyServer(Listener):
+    """paramiko's own ssh server on 127.0.0.1: a real key exchange, then it asks for a key."""
+
+    def __init__(self) -> None:
+        self.key = paramiko.RSAKey.generate(1024)
+        self.transports: list[paramiko.Transport] = []
+        super().__init__()
+
+    def answer(self, conn: socket.socket) -> None:
+        transport = paramiko.Transport(conn)
+        transport.add_server_key(self.key)
+        self.transports.append(transport)
+        transport.start_server(server=KeysOnly())
+
+    def stop(self) -> None:
+        super().stop()
+        for transport in self.transports:
+            transport.close()
+
+
+class KeysOnly(paramiko.ServerInterface):
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+
+@pytest.fixture
+def key_only_server() -> Iterator[KeyOnlyServer]:
+    server = KeyOnlyServer()
+    yield server
+    server.stop()
+
+
+def test_no_key_to_offer_is_a_sentence_with_what_to_do(
+    tmp_path: Path, key_only_server: KeyOnlyServer
+) -> None:
+    """paramiko says "No authentication methods available" (and was asked twice)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu9\n  HostName 127.0.0.1\n  Port {key_only_server.port}\n  User trainer\n"
+        f"  IdentityFile {tmp_path}/id_missing\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {tmp_path}/known_hosts\n  StrictHostKeyChecking no\n"
+    )
+    (tmp_path / "hosts").write_text("gpu9\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", str(config), "--", "true"]
+    result = run_dtrain(args, tmp_path)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    assert result.stderr.splitlines()[1:] == [
+        f"  gpu9 (127.0.0.1:{key_only_server.port}): no ssh key to log in with as trainer "
+        f"(IdentityFile {tmp_path}/id_missing not found, and ssh-agent is not asked)",
+        "    hint: make a key (ssh-keygen -t ed25519) and install it on gpu9 (ssh-copy-id -p "
+        f"{key_only_server.port} trainer@127.0.0.1), or name yours with IdentityFile in your "
+        "ssh config",
+    ]
+    assert key_only_server.accepted == 1
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s}s"
+        time.sleep(0.05)
+
+
+def holding_config(
+    tmp_path: Path, listener_factory: type[Listener], holder: str
+) -> tuple[Path, Callable[[], bool]]:
+    """An ssh config whose host gpu9 holds a connection up as `holder` says, and whether that
+    connection has begun; a ProxyCommand writes its pid and its child's to proxy.pids."""
+    (tmp_path / "hosts").write_text("gpu9\n")
+    pids = tmp_path / "proxy.pids"
+    if holder == "ProxyCommand":
+        script = f"echo $$ > {pids}; sleep 120 & echo $! >> {pids}; wait"
+        config = proxy_config(tmp_path, f"sh -c '{script}'")
+        return config, lambda: pids.exists() and len(pids.read_text().split()) == 2
+    listener = listener_factory(BANNER if holder.startswith("banner") else b"")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu9\n  HostName 127.0.0.1\n  Port {listener.port}\n")
+    return config, lambda: listener.accepted > 0
+
+
+@pytest.mark.parametrize("holder", ["silent port", "banner, then silence", "ProxyCommand"])
+def test_ctrl_c_while_connecting_stops_at_once_and_leaves_nothing(
+    tmp_path: Path, listener_factory: type[Listener], holder: str
+) -> None:
+    """However a host holds the connection up (a port that never speaks, a banner and then
+    silence, a ProxyCommand that hangs, with a child of its own), the first Ctrl-C ends
+    dtrain with 130 long before the connect timeout (120 s), and no ProxyCommand is left."""
+    config, connecting = holding_config(tmp_path, listener_factory, holder)
+    pids = tmp_path / "proxy.pids"
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", str(config)]
+    proc = start_dtrain([*args, "--connect-timeout", "120", "--", "true"], tmp_path)
+    left: list[int] = []
+    try:
+        wait_until(connecting, "the connection")
+        time.sleep(1.0)  # well into the handshake's wait
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+        assert proc.returncode == 130, stderr
+        assert "dtrain: interrupted" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pids.exists():
+            left = wait_gone([int(pid) for pid in pids.read_text().split()], 5)
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+    assert left == [], "a ProxyCommand outlived dtrain"

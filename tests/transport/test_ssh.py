@@ -357,6 +357,10 @@ def test_nothing_is_resolved_ahead_for_local_hosts_or_without_openssh(
         ("  ServerAliveInterval 0\n", None),  # OpenSSH's "off"
         ("  ServerAliveInterval 2\n", 6.0),  # ServerAliveCountMax defaults to 3
         ("  ServerAliveInterval 2\n  ServerAliveCountMax 2\n", 4.0),
+        # OpenSSH fills in ServerAliveInterval 300 for BatchMode yes: not the user's choice
+        ("  BatchMode yes\n", None),
+        ("  BatchMode yes\n  ServerAliveInterval 300\n", 900.0),
+        ("  BatchMode yes\n  ServerAliveInterval 2\n  ServerAliveCountMax 2\n", 4.0),
     ],
 )
 def test_server_alive_settings_give_the_silence_a_host_may_keep(

@@ -89,6 +89,18 @@ def test_keys_differ_by_host_user_port_and_config() -> None:
     assert len(keys) == 5
 
 
+def test_answers_asked_with_other_options_are_not_the_same_answers(tmp_path: Path) -> None:
+    """An answer kept by a dtrain that asked `ssh -G` without `-o BatchMode=no` says the
+    ServerAliveInterval OpenSSH derives: it must not be taken for one asked with it."""
+    ssh = shutil.which("true") or "/bin/true"
+    facts = ("u", "0", "here")
+    plain = sshcache.config_fingerprint(ssh, "/dev/null", str(tmp_path), facts)
+    asked = sshcache.config_fingerprint(
+        ssh, "/dev/null", str(tmp_path), facts, sshconfig.SSH_G_OPTIONS
+    )
+    assert plain is not None and asked is not None and plain != asked
+
+
 # ---- with OpenSSH's client -----------------------------------------------------------------
 
 

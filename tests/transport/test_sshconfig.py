@@ -19,7 +19,7 @@ from dtrain.transport import sshconfig
 from dtrain.transport.options import SshOptions
 from dtrain.transport.proxy import ProxySocket
 from dtrain.transport.ssh import SshTransport
-from tests.conftest import run_dtrain
+from tests.conftest import run_dtrain, start_dtrain
 
 LOCAL = sshconfig.Local(user="me", home="/home/me", hostname="laptop.lan", uid=1000)
 needs_openssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
@@ -144,3 +144,35 @@ def test_a_proxycommand_dies_when_dtrain_is_sigkilled(tmp_path: Path) -> None:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+@needs_openssh
+def test_ctrl_c_while_ssh_g_waits_on_a_match_exec_leaves_nothing_running(tmp_path: Path) -> None:
+    """`ssh -G` runs a Match exec that hangs: Ctrl-C ends dtrain with 130 at once, and that
+    command with it (it used to run on, and with it `ssh -G`, until it ended by itself)."""
+    pid_file = tmp_path / "exec.pid"
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f'Match exec "echo $$ > {pid_file}; exec sleep 60"\n  User x\n'
+        "Host gpu9\n  HostName 127.0.0.9\n"
+    )
+    (tmp_path / "hosts").write_text("gpu9\n")
+    args = ["launch", "-n", "1", "-H", "hosts", "--ssh-config", str(config), "--", "true"]
+    proc = start_dtrain(args, tmp_path)
+    pid = None
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline, "the Match exec did not start"
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+        assert proc.returncode == 130, stderr
+        assert _wait_gone(pid), "the Match exec's command outlived dtrain"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
