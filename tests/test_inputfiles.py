@@ -101,3 +101,23 @@ def test_an_ssh_config_that_includes_a_fifo_is_refused_before_ssh_waits_on_it(
         f"dtrain: ssh config {tmp_path / 'cluster.conf'} is a FIFO, not a regular file: "
         "`ssh -G` would wait on it"
     )
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "huge"])
+@pytest.mark.parametrize("setting", ["IdentityFile", "CertificateFile", "UserKnownHostsFile"])
+def test_an_ssh_file_the_config_names_is_checked_before_paramiko_reads_it(
+    tmp_path: Path, setting: str, kind: str
+) -> None:
+    """Keys and known_hosts come from the ssh config, not a flag: the same guard, naming the
+    setting and the host. Nothing listens on loopback's port 9: no connection is made."""
+    path, fault = bad_input(tmp_path, kind)
+    if setting == "UserKnownHostsFile":  # a site's known_hosts may list many hosts
+        fault = fault.replace("16 MiB", "256 MiB")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host node1\n  HostName 127.0.0.1\n  Port 9\n  {setting} {path}\n")
+    (tmp_path / "hosts").write_text("node1\n")
+    args = ["launch", "-n", "1", "-s", "0", "-H", "hosts", "--ssh-config", str(config)]
+    result = run_bounded([*args, "--no-preflight", "--", "true"], tmp_path)
+    assert result.returncode == 2, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first == f"dtrain: ssh file {path} ({setting} for host node1) {fault}", first

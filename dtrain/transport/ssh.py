@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import Problem, RemoteError, UsageError
+from dtrain.inputfiles import MAX_INPUT_BYTES, InputFile, check_input
 from dtrain.plan.hosts import Host, address_port, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
@@ -575,6 +576,29 @@ def _certified_key(identities: Sequence[str], certificates: Sequence[str]) -> pa
     return None
 
 
+MAX_KNOWN_HOSTS_BYTES = 256 * 1024 * 1024  # a site-wide known_hosts may list many hosts
+DEFAULT_KEY_NAMES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519")  # paramiko's look_for_keys
+
+
+def refuse_unreadable_files(host: Host, target: SshTarget) -> None:
+    """Keys, certificates and known_hosts files that paramiko would read are regular files of
+    a sane size: an `IdentityFile /dev/zero` would fill memory, a FIFO wait forever. A file
+    that is not there is skipped, as OpenSSH skips it."""
+    keys = target.identity_files or tuple(
+        os.path.expanduser(f"~/.ssh/{name}") for name in DEFAULT_KEY_NAMES
+    )
+    hint = f"point it at a regular file in the ssh config for {host.name}, or remove the line"
+    named = (
+        *((path, "IdentityFile", MAX_INPUT_BYTES) for path in keys),
+        *((path, "CertificateFile", MAX_INPUT_BYTES) for path in target.certificate_files),
+        *((path, "UserKnownHostsFile", MAX_KNOWN_HOSTS_BYTES) for path in target.known_hosts_files),
+    )
+    for path, setting, limit in named:
+        if os.path.exists(path):
+            flag = f"{setting} for host {host.name}"
+            check_input(InputFile(Path(path), flag, "ssh file", hint), limit)
+
+
 class SshTransport:
     """One authenticated connection per host, opened in parallel, reused for every channel."""
 
@@ -615,6 +639,12 @@ class SshTransport:
         self.is_aborted = False
 
     def target(self, host: Host, proxy_jump: str | None = None) -> SshTarget:
+        """`host`'s settings, with every file they name that paramiko would read checked."""
+        target = self._resolve(host, proxy_jump)
+        refuse_unreadable_files(host, target)
+        return target
+
+    def _resolve(self, host: Host, proxy_jump: str | None) -> SshTarget:
         if self.openssh is None:
             return resolve_target(host, self.config, self.options, proxy_jump=proxy_jump)
         self.prefetch([host])
