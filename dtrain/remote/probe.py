@@ -11,6 +11,7 @@ agent. Standard library only, Python >= 3.6.
 import _socket as socket  # socket's C half: the socket module imports enum and selectors
 import errno
 import os
+import stat
 import time
 
 from . import files, procs, proto, spawn, stacks
@@ -282,18 +283,32 @@ def file_facts(directory, relative, synced=False):
     path = relative if os.path.isabs(relative) else os.path.join(directory, relative)
     result["file"] = path
     try:
-        import hashlib  # only the doctor hashes files
-
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        result["sha256"] = digest.hexdigest()
-        result["size"] = os.path.getsize(path)
+        result["sha256"], result["size"] = _file_digest(path)
     except OSError as exc:
         result["sha256"] = None
         result["error"] = exc.strerror or str(exc)
     return result
+
+
+def _file_digest(path):
+    """SHA-256 and size of a regular file, reading no more than its size when opened: a
+    script named `/dev/zero` or a FIFO would otherwise be read, or waited on, forever."""
+    import hashlib  # only the doctor hashes files
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        digest = hashlib.sha256()
+        left = info.st_size
+        while left > 0:
+            chunk = f.read(min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.hexdigest(), info.st_size
 
 
 def env_facts():

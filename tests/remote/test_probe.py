@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from dtrain.remote import probe
 
 # What importlib.metadata lists, first name on sys.path wins, in a fresh interpreter.
 IMPORTLIB_VIEW = """
+import hashlib
 import json
 from importlib import metadata
 found = {}
@@ -183,3 +185,29 @@ def test_metadata_importlib_cannot_read_loses_that_distribution_not_the_listing(
     listed = found["distributions"]
     assert isinstance(listed, dict)
     assert "broken" not in listed and (listed["good"], listed["dup"]) == ("1.0", "1.0")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_script_that_is_no_regular_file_is_said_so_not_read_forever(
+    tmp_path: Path, kind: str
+) -> None:
+    """`dtrain doctor -- python /dev/zero` hashed zeros for as long as the doctor ran."""
+    path = "/dev/zero"
+    if kind == "fifo":  # nothing ever writes to it
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    facts_of = f"probe.file_facts('/', {path!r})"
+    code = f"import json; from dtrain.remote import probe; print(json.dumps({facts_of}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    facts = json.loads(done.stdout)
+    assert facts["sha256"] is None and facts["error"] == "not a regular file", facts
+
+
+def test_a_regular_script_is_hashed_whole(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_bytes(b"x" * (3 << 20) + b"tail")
+    facts = probe.file_facts(str(tmp_path), "train.py")
+    assert facts["size"] == (3 << 20) + 4
+    assert facts["sha256"] == hashlib.sha256(script.read_bytes()).hexdigest()
