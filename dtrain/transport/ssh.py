@@ -792,7 +792,7 @@ class SshTransport:
 
     def open_link(self, host: Host, python: str) -> SshLink:
         client = self.clients[host.key]
-        return SshLink(client, remote_command(python, self.options.setup))
+        return SshLink(client, remote_command(python))
 
     def drop(self, host: Host) -> None:
         """Abandon a host (lost or partitioned): closing unblocks any reader."""
@@ -1022,7 +1022,7 @@ class SshLink:
             self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
 
     def stderr_text(self) -> str:
-        if self.channel.eof_received:  # it ended (a failed --setup): wait for its last words
+        if self.channel.eof_received:  # it ended (no python3 for it): wait for its last words
             deadline = time.monotonic() + 0.5
             while not self.channel.exit_status_ready() and time.monotonic() < deadline:
                 time.sleep(0.01)
