@@ -130,6 +130,11 @@ def outcome(result, code, commands):
         return None, "%s failed (exit %d)" % (named, code)
     if at is None:
         return None, "the setup shell exited with code %d before running any command" % code
+    if code == 0:
+        return None, (
+            "%s ran `exit 0`: the setup shell ended before the commands after it, and before "
+            "dtrain could take the environment it set (drop the `exit`)" % named
+        )
     return None, (
         "%s exited the setup shell with code %d (an `exit %d`, or `set -e` and a command "
         "that failed), so the commands after it did not run" % (named, code, code)

@@ -155,6 +155,25 @@ def test_a_launch_that_fails_after_the_setup_leaves_none_of_it(tmp_path: Path) -
     assert_none_left(mark)
 
 
+def test_doctor_stops_a_hanging_setup_after_its_own_time_too(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    setup = f"export SETUP_MARK={mark}; sleep 1000 & sleep 1000"
+    result = run_dtrain(
+        ["doctor", "--setup-timeout", "2", "--setup", setup], tmp_path, env=SHELL_ENV
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "the setup did not finish within 2s" in result.stdout + result.stderr
+    assert_none_left(mark)
+
+
+def test_doctor_fails_this_machine_when_its_setup_fails(tmp_path: Path) -> None:
+    """Before, doctor skipped this machine's row and said every check passed (exit 0)."""
+    result = run_dtrain(["doctor", "--setup", "echo nope >&2; false"], tmp_path, env=SHELL_ENV)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "setup command `echo nope >&2; false` failed (exit 1)" in result.stdout
+    assert "every check passed" not in result.stdout
+
+
 def test_megabytes_of_setup_output_go_to_stderr_line_by_line(tmp_path: Path) -> None:
     setup = "i=0; while [ $i -lt 20000 ]; do echo line-$i-" + "x" * 90 + "; i=$((i+1)); done"
     result = run_dtrain(

@@ -25,7 +25,7 @@ COMMANDS = ["source venv/bin/activate", "module load cuda\nmodule load nccl"]
             "setup command `module load cuda; module load nccl` failed (exit 2)",
         ),
         (b"0\n", 3, "setup command `source venv/bin/activate` exited the setup shell with code 3"),
-        (b"0\n1\n", 0, "exited the setup shell with code 0"),
+        (b"0\n1\n", 0, "setup command `module load cuda; module load nccl` ran `exit 0`"),
         (b"0\n", -9, "setup command `source venv/bin/activate` was killed by signal 9"),
         (b"", 127, "the setup shell exited with code 127 before running any command"),
     ],
