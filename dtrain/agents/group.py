@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from dtrain.agents.session import (
     AgentSession,
     Event,
+    Heartbeat,
     Interrupt,
     OutputBudget,
     in_parallel,
 )
-from dtrain.agents.setup import SetupOutput, run_setup
+from dtrain.agents.setup import PING_S, SetupOutput, run_setup
 from dtrain.errors import ConnectError, Problem, RemoteError
 from dtrain.plan.hosts import Host
 from dtrain.transport.link import Link
@@ -306,7 +307,8 @@ class AgentGroup:
                 )
 
         started = time.monotonic()
-        in_parallel(sessions.values(), one)
+        with Heartbeat(sessions.values(), PING_S):  # a host done early must not lose us
+            in_parallel(sessions.values(), one)
         logger.debug("setup on %d host(s): %.3fs", len(sessions), time.monotonic() - started)
         for key in problems:
             with self._lock:

@@ -200,26 +200,14 @@ class AgentSession:
             self.send(proto.encode(proto.DATA, b""))
 
     def reply_to(
-        self,
-        op: str,
-        timeout_s: float,
-        wait_s: float | None = None,
-        ping_s: float | None = None,
+        self, op: str, timeout_s: float, wait_s: float | None = None
     ) -> tuple[dict[str, Any], float]:
         """The reply to the oldest request not yet answered and when it arrived (wall clock),
-        waiting up to `wait_s` (default `timeout_s`), with a heartbeat every `ping_s` meanwhile
-        if given; `op` and `timeout_s` name that request in the error when none comes. Errors
-        become `RemoteError` naming the host."""
-        deadline = time.monotonic() + (timeout_s if wait_s is None else wait_s)
-        while True:
-            left = max(0.0, deadline - time.monotonic())
-            try:
-                answer = self.replies.get(timeout=left if ping_s is None else min(left, ping_s))
-                break
-            except queue.Empty:
-                if ping_s is not None and time.monotonic() < deadline:
-                    self.ping()
-                    continue
+        waiting up to `wait_s` (default `timeout_s`); `op` and `timeout_s` name that request in
+        the error when none comes. Errors become `RemoteError` naming the host."""
+        try:
+            answer = self.replies.get(timeout=timeout_s if wait_s is None else wait_s)
+        except queue.Empty:
             raise RemoteError(
                 f"no answer to {op} within {timeout_s:.0f}s",
                 host=self.host.display,

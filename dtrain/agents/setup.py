@@ -17,7 +17,12 @@ SetupOutput = Callable[[str, bytes], None]
 """(the host as shown, bytes the setup wrote): called on the session's reader thread."""
 
 REPLY_MARGIN_S = 15.0  # past the setup's own time, before a silent host counts as lost
-PING_S = 1.0  # the agent's lease runs meanwhile: no other heartbeat is running yet
+PING_S = 1.0  # the agents' lease runs meanwhile: the job's heartbeat starts after the setup
+
+
+def setup_name(host: str) -> str:
+    """The setup's DTRAIN_TASK on `host`: its own, as two hosts may be one machine."""
+    return f"setup@{host}"
 
 
 def run_setup(
@@ -28,7 +33,8 @@ def run_setup(
     output: SetupOutput | None = None,
 ) -> None:
     """Run the setup on the session's host; a `RemoteError` naming the command if it fails
-    or runs past `timeout_s`. Its output, stdout and stderr alike, goes to `output`."""
+    or runs past `timeout_s`. Its output, stdout and stderr alike, goes to `output`. The
+    caller keeps the agents' heartbeat going meanwhile (`PING_S`)."""
     shown = session.host.display
 
     def relay(task: int, kind: int, data: bytes) -> None:
@@ -37,10 +43,14 @@ def run_setup(
 
     session.output = relay
     try:
-        # the fields are proto.SETUP_COMMANDS, SETUP_JOB and SETUP_TIMEOUT_S
+        # the fields are proto.SETUP_COMMANDS, SETUP_JOB, SETUP_NAME and SETUP_TIMEOUT_S
         session.send_request(
-            proto.OP_SETUP, commands=list(commands), job_id=job_id, timeout_s=timeout_s
+            proto.OP_SETUP,
+            commands=list(commands),
+            job_id=job_id,
+            name=setup_name(session.host.display),
+            timeout_s=timeout_s,
         )
-        session.reply_to(proto.OP_SETUP, timeout_s + REPLY_MARGIN_S, ping_s=PING_S)
+        session.reply_to(proto.OP_SETUP, timeout_s + REPLY_MARGIN_S)
     finally:
         session.output = None

@@ -639,9 +639,9 @@ class Agent:
         task = Task(
             {
                 proto.TASK_ID: proto.SETUP_TASK,
-                proto.TASK_NAME: proto.SETUP_NAME,
+                proto.TASK_NAME: request[proto.SETUP_NAME],
                 proto.TASK_ARGV: argv,
-                proto.TASK_ENV: setup.shell_env(self.job_id),
+                proto.TASK_ENV: setup.shell_env(self.job_id, request[proto.SETUP_NAME]),
                 proto.TASK_CWD: os.getcwd(),
             }
         )

@@ -74,10 +74,10 @@ TASK_SCRIPT = "script"  # the Python script the command runs, checked before any
 
 # the setup request; its output comes as STDOUT/STDERR frames of task SETUP_TASK, before the reply
 SETUP_COMMANDS = "commands"
-SETUP_JOB = "job_id"  # the tag its processes carry (TASK_VAR is SETUP_NAME)
+SETUP_JOB = "job_id"  # the tag its processes carry
+SETUP_NAME = "name"  # their TASK_VAR: `setup@HOST`, one per host (two may share a machine)
 SETUP_TIMEOUT_S = "timeout_s"  # the agent stops it, and answers, after this long
 SETUP_TASK = 0xFFFF  # never a task's id
-SETUP_NAME = "setup"
 
 # STARTED, EXITED, NOTICE and STOP payloads
 STARTED_PID = "pid"

@@ -61,8 +61,8 @@ def script(commands, python, result_path):
     return "".join(parts)
 
 
-def shell_env(job_id):
-    # type: (str) -> Dict[str, str]
+def shell_env(job_id, name):
+    # type: (str, str) -> Dict[str, str]
     """What the setup's shell gets on top of the agent's environment: the job's tag, and a
     SHLVL that says it is not the login shell. The login shell ran the host's ~/.bashrc
     already, and bash run by sshd (SSH_CLIENT set) at level 1 would run it again: with a
@@ -70,7 +70,7 @@ def shell_env(job_id):
     level = os.environ.get("SHLVL", "")
     return {
         proto.JOB_ID_VAR: job_id,
-        proto.TASK_VAR: proto.SETUP_NAME,
+        proto.TASK_VAR: name,
         "SHLVL": str(max(int(level) if level.isdigit() else 0, 1)),
     }
 

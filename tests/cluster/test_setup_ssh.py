@@ -71,6 +71,16 @@ def test_a_hanging_setup_is_stopped_after_its_own_time_and_nothing_of_it_stays(
     assert_hosts_empty(cluster)
 
 
+def test_hosts_whose_setup_ended_wait_for_a_slow_one_without_losing_the_launcher(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The agents' lease (15 s until the hello sets it) runs while h2's setup takes longer."""
+    slow = 'test "$(uname -n)" != h2 || sleep 17'
+    result = run(cluster, [*LAUNCH, "--setup", slow, "--", "true"], tmp_path, timeout_s=90)
+    assert result.returncode == 0, result.stderr
+    assert_hosts_empty(cluster)
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -9)])
 def test_ctrl_c_or_dtrain_killed_during_the_setup_leaves_nothing_on_any_host(
     cluster: Cluster, tmp_path: Path, signum: int, code: int
@@ -105,7 +115,7 @@ def test_what_the_setup_starts_in_the_background_is_listed_with_the_job_and_ends
     assert launch.returncode == 0, stderr
     scans = json.loads(listed.stdout)["data"]["hosts"]
     for scan in scans:
-        assert "setup" in {p["task"] for p in scan["processes"]}, scan
+        assert f"setup@{scan['host']}" in {p["task"] for p in scan["processes"]}, scan
     assert_hosts_empty(cluster)
 
 
