@@ -2,9 +2,10 @@
 
 Needs root: it builds the suite's namespaced sshd hosts (tests/cluster/netcluster.py) and, on
 them, launches the same trivial job with and without a trivial `--setup` command, interleaved,
-repeat after repeat. The setup runs once per host in the login shell before the agent starts,
-so the difference is that shell's work, not one round per task. Traffic stays on the suite's
-bridge (198.18.0.0/24); the hosts are torn down at the end whatever happens.
+repeat after repeat. The setup runs once per host, started by its agent in `$SHELL`, so the
+difference is that shell's work and one request per host, not one round per task. Traffic
+stays on the suite's bridge (198.18.0.0/24); the hosts are torn down at the end whatever
+happens.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host, local_host, parse_hosts
 from dtrain.plan.spec import Framework, JobPlan, Role, TaskSpec
 from dtrain.transport.machine import local_hostname
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import DEFAULT_SETUP_TIMEOUT_S, SlurmOptions, SshOptions
 
 if TYPE_CHECKING:
     from dtrain.processes import results
@@ -135,6 +135,14 @@ def setup_options(func: F) -> F:
                 "--setup-file",
                 type=click.Path(path_type=Path),
                 help="Like --setup, with the commands of this file (after any --setup).",
+            ),
+            click.option(
+                "--setup-timeout",
+                type=Seconds(min=0.1, max=DAY_S),
+                default=DEFAULT_SETUP_TIMEOUT_S,
+                show_default=True,
+                help="Seconds the setup may take on each host; then it is stopped and "
+                "nothing starts.",
             ),
         ]
     ):
@@ -341,6 +349,7 @@ def make_ssh_options(
     accept_new_host_keys: bool,
     connect_timeout: float | None,
     setup: tuple[str, ...] = (),
+    setup_timeout: float = DEFAULT_SETUP_TIMEOUT_S,
 ) -> SshOptions:
     if ssh_config is not None:  # `ssh -G -F FILE` would read a FIFO or /dev/zero forever
         hint = "pass --ssh-config FILE, an ssh config file (as ssh -F takes)"
@@ -350,6 +359,7 @@ def make_ssh_options(
         accept_new_host_keys=accept_new_host_keys,
         connect_timeout_s=connect_timeout,
         setup=setup,
+        setup_timeout_s=setup_timeout,
     )
 
 
@@ -419,13 +429,18 @@ class TerminalConsole:
 
     def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
         with self.lock:
-            self._task_output(task, is_stderr, data)
+            self._output(task.label, is_stderr, data)
 
-    def _task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
-        key = (task.label, is_stderr)
+    def setup_output(self, host: str, data: bytes) -> None:
+        """A host's --setup output, all of it on stderr as `[setup@host]` lines."""
+        with self.lock:
+            self._output(f"setup@{host}", True, data)
+
+    def _output(self, label: str, is_stderr: bool, data: bytes) -> None:
+        key = (label, is_stderr)
         prefixer = self.prefixers.get(key)
         if prefixer is None:
-            prefixer = self.prefixers[key] = render.LinePrefixer(f"[{task.label}] ".encode())
+            prefixer = self.prefixers[key] = render.LinePrefixer(f"[{label}] ".encode())
         out = self.stderr if is_stderr else self.stdout
         self._write(out, prefixer.feed(data, time.monotonic()))
         due = prefixer.due()
@@ -734,6 +749,7 @@ class LaunchFlags:
     sync_exclude: Sequence[str]
     setup: Sequence[str]
     setup_file: Path | None
+    setup_timeout: float
     remote_python: str
     ssh_config: Path | None
     accept_new_host_keys: bool
@@ -800,6 +816,7 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
             flags.accept_new_host_keys,
             flags.connect_timeout,
             read_setup(flags.setup, flags.setup_file),
+            flags.setup_timeout,
         ),
         remote_python=flags.remote_python,
         sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
@@ -1131,6 +1148,7 @@ def doctor(
     connect_timeout: float | None,
     setup: tuple[str, ...],
     setup_file: Path | None,
+    setup_timeout: float,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -1163,9 +1181,19 @@ def doctor(
         kill_command=kill_command_for(hostfile, ssh_config),
     )
     ssh = make_ssh_options(
-        ssh_config, accept_new_host_keys, connect_timeout, read_setup(setup, setup_file)
+        ssh_config,
+        accept_new_host_keys,
+        connect_timeout,
+        read_setup(setup, setup_file),
+        setup_timeout,
     )
-    report = gather.run_doctor(request, ssh, remote_python, slurm=where.slurm)
+    console = TerminalConsole(sys.stdout.buffer, sys.stderr.buffer)
+    try:
+        report = gather.run_doctor(
+            request, ssh, remote_python, slurm=where.slurm, setup_output=console.setup_output
+        )
+    finally:
+        console.close()
     if as_json:
         problems = [r.to_problem() for r in report.failures]
         emit_json(render.envelope("doctor", report.exit_code, report.to_dict(), problems))

@@ -9,6 +9,7 @@ what failed and can raise for callers that need every host.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -18,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 from dtrain.agents.session import (
     AgentSession,
     Event,
+    Heartbeat,
     Interrupt,
     OutputBudget,
     in_parallel,
 )
+from dtrain.agents.setup import PING_S, SetupOutput, run_setup
 from dtrain.errors import ConnectError, Problem, RemoteError
 from dtrain.plan.hosts import Host
 from dtrain.transport.link import Link
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 AGENT_PROBLEM = "agent"
+SETUP_PROBLEM = "setup"
 CLOSE_TIMEOUT_S = 5.0
 NOTHING_STARTED = "nothing was started"
 
@@ -146,9 +150,14 @@ class AgentGroup:
         options: SshOptions,
         remote_python: str = "auto",
         slurm: SlurmOptions | None = None,
+        job_id: str | None = None,
+        setup_output: SetupOutput | None = None,
     ) -> None:
         raise_open_file_limit()
         self.ssh_options = options
+        # what the setup's processes are tagged with: the job's id, or one of this command's
+        self.job_id = job_id or f"setup-{os.getpid()}-{os.urandom(2).hex()}"
+        self.setup_output = setup_output
         self._ssh: SshTransport | None = None
         self.remote_python = remote_python
         self.slurm = slurm
@@ -205,7 +214,9 @@ class AgentGroup:
         nothing will have been started anywhere."""
         sessions, problems = self.open_reachable(hosts)
         if problems:
-            unreached = [p for p in problems.values() if p.code != AGENT_PROBLEM]
+            unreached = [
+                p for p in problems.values() if p.code not in (AGENT_PROBLEM, SETUP_PROBLEM)
+            ]
             if unreached:
                 remote = sum(1 for h in hosts if not h.is_local)
                 raise ConnectError(
@@ -248,6 +259,8 @@ class AgentGroup:
                 problems.update(found)
         starting_here.join()
         sessions = {h.key: self.sessions[h.key] for h in hosts if h.key in self.sessions}
+        if self.ssh_options.setup:
+            problems.update(self._setup_all(sessions))
         return sessions, problems
 
     def silence_limit_s(self, host: Host) -> float | None:
@@ -262,7 +275,7 @@ class AgentGroup:
         """Start the agent on one (connected) host; its problem if that fails."""
         try:
             link: Link = (
-                LocalLink(setup=self.ssh_options.setup)
+                LocalLink()
                 if host.is_local
                 else self.ssh.open_link(host, python=self.remote_python)
             )
@@ -280,10 +293,41 @@ class AgentGroup:
         self._adopt(host, link)
         return None
 
-    def _adopt(self, host: Host, link: Link) -> None:
+    def _setup_all(self, sessions: dict[str, AgentSession]) -> dict[str, Problem]:
+        """Run --setup on every host at once; a host whose setup fails is closed (which stops
+        whatever its setup left there) and dropped from `sessions`, its problem naming it.
+
+        Not in the pool that connects: Ctrl-C must not wait for a setup to end (this thread
+        stops waiting, and closing the sessions stops the setups)."""
+        options = self.ssh_options
+        problems: dict[str, Problem] = {}
+
+        def one(session: AgentSession) -> None:
+            try:
+                run_setup(
+                    session, options.setup, self.job_id, options.setup_timeout_s, self.setup_output
+                )
+            except RemoteError as exc:
+                host = session.host
+                problems[host.key] = Problem(
+                    exc.what, host=host.display, hint=exc.hint, code=SETUP_PROBLEM
+                )
+
+        started = time.monotonic()
+        with Heartbeat(sessions.values(), PING_S):  # a host done early must not lose us
+            in_parallel(sessions.values(), one)
+        logger.debug("setup on %d host(s): %.3fs", len(sessions), time.monotonic() - started)
+        for key in problems:
+            with self._lock:
+                self.sessions.pop(key, None)
+            sessions.pop(key).close()
+        return problems
+
+    def _adopt(self, host: Host, link: Link) -> AgentSession:
         session = AgentSession(host, link, self.events, self.budget)
         with self._lock:
             self.sessions[host.key] = session
+        return session
 
     def allocate(self, count: int) -> tuple[Host, ...]:
         """Make a Slurm allocation of `count` nodes (srun, with the user's srun options) with an

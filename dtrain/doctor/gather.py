@@ -18,6 +18,7 @@ from typing import Any
 from dtrain.agents import ops
 from dtrain.agents.group import AgentGroup, Replies, Reply
 from dtrain.agents.session import AgentSession
+from dtrain.agents.setup import SetupOutput
 from dtrain.doctor import parity
 from dtrain.doctor.judge import (
     CHECKS,
@@ -83,6 +84,7 @@ def run_doctor(
     remote_python: str = "auto",
     checks: Sequence[str] = CHECKS,
     slurm: SlurmOptions | None = None,
+    setup_output: SetupOutput | None = None,
 ) -> DoctorReport:
     """Every check on every host (and this machine), in parallel; never raises for a host.
 
@@ -90,12 +92,12 @@ def run_doctor(
     started = time.monotonic()
     here = local_host(local_hostname())
     everyone = (here, *request.hosts)
-    with AgentGroup(ssh, remote_python, slurm) as group:
+    with AgentGroup(ssh, remote_python, slurm, setup_output=setup_output) as group:
         sessions, problems = group.open_reachable(everyone)
         logger.debug("connected and agents started: %.3fs", time.monotonic() - started)
         over_ssh = request.hosts and slurm is None
         connect_s = dict(group.ssh.connect_times_s) if over_ssh else {}
-        survey = gather(request, here, sessions, problems, connect_s)
+        survey = gather(request, here, sessions, problems, connect_s, group.job_id)
         if group.step is not None:  # the hosts were reached through Slurm, not ssh
             survey = replace(survey, reached_through=f"Slurm job {group.step.job_id}")
     results = judge(survey, checks)
@@ -108,6 +110,7 @@ def gather(
     sessions: dict[str, AgentSession],
     problems: Mapping[str, Problem],
     connect_s: Mapping[str, float],
+    this_job: str | None = None,
 ) -> Survey:
     """Ask the open agents everything doctor judges; a host that stops answering is named.
 
@@ -130,7 +133,7 @@ def gather(
     scheduler, connects, listen_errors = probe_network(
         sessions, advertised, scheduler, request.wait_s
     )
-    scans = scan(sessions)
+    scans = scan(sessions, this_job)
     probes = ops.probe(
         sessions, PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
     )
@@ -251,10 +254,19 @@ def _as_shown(connects: Sequence[Connect], shown: Mapping[str, str]) -> tuple[Co
     return tuple(replace(c, src=shown[c.src], dst=shown[c.dst]) for c in connects)
 
 
-def scan(sessions: Mapping[str, AgentSession]) -> dict[str, HostScan]:
-    """The stale-process scan `dtrain kill` uses, on every open agent."""
+def scan(sessions: Mapping[str, AgentSession], this_job: str | None = None) -> dict[str, HostScan]:
+    """The stale-process scan `dtrain kill` uses, on every open agent; without `this_job`'s
+    own processes (what its --setup left running is not stale)."""
     found = sweep.scan_sessions(sessions)
-    return {name: _this_network_only(s) if s.is_local else s for name, s in found.items()}
+    return {
+        name: _without_job(_this_network_only(s) if s.is_local else s, this_job)
+        for name, s in found.items()
+    }
+
+
+def _without_job(scan: HostScan, job: str | None) -> HostScan:
+    kept = tuple(p for p in scan.processes if job is None or p.job_id != job)
+    return replace(scan, processes=kept)
 
 
 def _this_network_only(scan: HostScan) -> HostScan:
@@ -350,6 +362,7 @@ def preflight(
     endpoint: tuple[str, int] | None,
     kill_command: str,
     wait_s: float = WAIT_S,
+    this_job: str | None = None,
 ) -> tuple[CheckResult, ...]:
     """Launch's quick subset on agents that are already up: stale processes, and whether every
     host reaches the scheduler's endpoint (ssh already worked, or there would be no agents)."""
@@ -364,7 +377,7 @@ def preflight(
             scheduler,
             wait_s,
         )
-    scans = scan(sessions)
+    scans = scan(sessions, this_job)
     observed = tuple(
         Observed(name=session.host.display, is_local=session.host.is_local, scan=scans.get(key))
         for key, session in sessions.items()

@@ -252,12 +252,12 @@ def _unchecked(survey: Survey, check: str, verdicts: Verdicts) -> Verdicts:
 def judge_ssh(survey: Survey) -> Verdicts:
     verdicts: Verdicts = {}
     for host in survey.hosts:
-        if host.is_local:
-            verdicts[host.name] = CheckResult("ssh", host.name, Status.SKIP, "this machine")
-        elif host.problem is not None:
+        if host.problem is not None:  # this machine's too: its agent or --setup failed
             verdicts[host.name] = CheckResult(
                 "ssh", host.name, Status.FAIL, host.problem.message, host.problem.hint, host.problem
             )
+        elif host.is_local:
+            verdicts[host.name] = CheckResult("ssh", host.name, Status.SKIP, "this machine")
         elif survey.reached_through is not None:
             detail = f"not used: reached through {survey.reached_through}"
             verdicts[host.name] = CheckResult("ssh", host.name, Status.SKIP, detail)

@@ -261,7 +261,7 @@ class Launch:
         planner.validate(self.request)  # bad requests fail before any connection
         placed = () if allocating else planner.place(self.request)
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
-        hosts = AgentGroup(self.options.ssh, self.options.remote_python, slurm)
+        hosts = self._agent_group()
         started = False
         try:
             hosts.resolve_ahead(self.request.hosts, dial=_hosts_of(placed))
@@ -330,6 +330,17 @@ class Launch:
             if not started:
                 joblog.remove(paths)
 
+    def _agent_group(self) -> AgentGroup:
+        """The job's agents, whose --setup processes carry the job's tag."""
+        options = self.options
+        return AgentGroup(
+            options.ssh,
+            options.remote_python,
+            options.slurm,
+            job_id=self.job_id,
+            setup_output=self.console.setup_output,
+        )
+
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
         """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""
         assert self.options.slurm is not None and self.options.slurm.nodes is not None
@@ -394,6 +405,7 @@ class Launch:
             first if rendezvous is not None else None,
             (rendezvous.address, rendezvous.port) if rendezvous is not None else None,
             self.options.kill_command,
+            this_job=self.job_id,
         )
         logger.info("preflight took %.3fs", time.monotonic() - started)
         for result in results:

@@ -62,6 +62,10 @@ class Console(Protocol):
 
     def note(self, message: str) -> None: ...
 
+    def setup_output(self, host: str, data: bytes) -> None:
+        """What a host's --setup wrote (stdout and stderr alike), before any task starts."""
+        ...
+
 
 class StackTaker(Protocol):
     """Takes every task's stack in the background (into the log directory) when a job hung."""

@@ -32,7 +32,7 @@ import stat
 import sys
 import time
 
-from . import files, heap, probe, procs, proto, spawn, stacks
+from . import files, heap, probe, procs, proto, setup, spawn, stacks
 
 # For the type checker only: importing typing would cost every agent's start ~3 ms.
 TYPE_CHECKING = False
@@ -57,6 +57,9 @@ DRAIN_S = (
     2.0  # after a task exits, how long its pipes may stay open (grandchildren) before we report
 )
 TRACEBACK_LINE = b"Traceback (most recent call last):"
+SETUP_STDERR_BYTES = 4096  # the end of the setup's stderr its error shows
+SETUP_DRAIN_READS = 64  # reads of each pipe once it exited (more: a background writer)
+SETUP_CHECK_S = 0.1  # while stopping the setup: how often to look whether any of it is left
 IDLE_CPU_FRACTION = 0.05
 
 
@@ -348,7 +351,14 @@ class Agent:
             proto.OP_SYNC_PLAN: self.op_sync_plan,
             proto.OP_SYNC_PUT: self.op_sync_put,
             proto.OP_STACKS: self.op_stacks,
+            proto.OP_SETUP: self.op_setup,
         }
+        self.setup = None  # type: Optional[Task]  # the --setup shell, once started
+        self.setup_request = {}  # type: Dict[str, Any]
+        self.setup_result = ""  # the file its script writes to
+        self.setup_deadline = None  # type: Optional[float]  # while no reply is sent
+        self.setup_stderr = bytearray()  # the end of what it wrote to stderr
+        self.setup_checked = 0.0  # when `check_setup_gone` last looked
         self.background_replies = []  # type: List[Dict[str, Any]]
         self.probe_ahead = None  # doctor's probe, started with the hello (probe.Ahead)
         self.selector.register(in_fd, READ, "ctl")
@@ -393,13 +403,21 @@ class Agent:
             return False
         return all(
             task.proc is None or (task.reported and task.kill_at is None)
-            for task in self.tasks.values()
+            for task in self.every_task()
         )
+
+    def every_task(self):
+        """The job's tasks, and the setup while it (or what it left running) is the agent's."""
+        return list(self.tasks.values()) + ([self.setup] if self.setup is not None else [])
 
     def timeout(self):
         now = time.monotonic()
         deadlines = [self.last_sent + self.heartbeat_s, self.last_heard + self.lease_s]
-        for task in self.tasks.values():
+        if self.setup_deadline is not None:
+            deadlines.append(self.setup_deadline)
+        if self.setup is not None and self.setup.kill_at is not None:
+            deadlines.append(now + SETUP_CHECK_S)
+        for task in self.every_task():
             if task.kill_at is not None:
                 deadlines.append(task.kill_at)
             if task.drain_until is not None and not task.reported:
@@ -551,7 +569,7 @@ class Agent:
         if pause == self.paused:
             return
         self.paused = pause
-        for task in self.tasks.values():
+        for task in self.every_task():
             for fd, kind in task.files.items():
                 if fd in self.resting:
                     continue  # wake_rested registers it if reading resumed meanwhile
@@ -569,7 +587,7 @@ class Agent:
         if last is None or now - last > STREAM_S:
             return
         if fd not in task.grown:
-            grown = sum(len(t.grown) for t in self.tasks.values())
+            grown = sum(len(t.grown) for t in self.every_task())
             if (grown + 1) * PIPE_BYTES > PIPE_BUDGET:
                 return  # a 64 KB pipe would fill while resting: the writer would wait
             if not _grow_pipe(fd, PIPE_BYTES):
@@ -643,6 +661,103 @@ class Agent:
         for task in self.tasks.values():
             self.spawn(task)
         self.reply({"ok": True})
+
+    def op_setup(self, request):
+        """Start the --setup commands; the reply comes once they are done (`reap_setup`), or
+        with an error once they ran past their time (`tick`)."""
+        if self.setup is not None:
+            self.reply({proto.ERROR: "the setup ran on this host already"})
+            return
+        self.job_id = request[proto.SETUP_JOB]
+        commands = request[proto.SETUP_COMMANDS]
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        self.setup_result = setup.new_result_file()
+        argv = [shell, "-c", setup.script(commands, sys.executable, self.setup_result), shell]
+        task = Task(
+            {
+                proto.TASK_ID: proto.SETUP_TASK,
+                proto.TASK_NAME: request[proto.SETUP_NAME],
+                proto.TASK_ARGV: argv,
+                proto.TASK_ENV: setup.shell_env(self.job_id, request[proto.SETUP_NAME]),
+                proto.TASK_CWD: os.getcwd(),
+            }
+        )
+        task.reported = True  # its end is the setup's reply, not an EXITED frame
+        problem = self.start_task(task)
+        if problem is not None:
+            setup.read_result(self.setup_result)
+            self.reply({proto.ERROR: "cannot run the setup in %s: %s" % (shell, problem)})
+            return
+        self.setup, self.setup_request = task, request
+        self.setup_deadline = time.monotonic() + float(request[proto.SETUP_TIMEOUT_S])
+
+    def reap_setup(self):
+        """Answer the setup request once its shell exits. What it started in the background
+        stays (an ssh-agent its tasks use) until the job ends: it carries the job's tag."""
+        task = self.setup
+        if task is None or task.proc is None or task.exited_at is not None:
+            return
+        status = task.proc.poll()
+        if status is None:
+            return
+        task.exited_at = time.monotonic()
+        if self.setup_deadline is None:
+            return  # answered already (it ran past its time)
+        for fd, kind in list(task.files.items()):  # what it wrote goes out before its reply
+            for _ in range(SETUP_DRAIN_READS):
+                if fd not in task.files or not self.on_task_output(task, kind, fd):
+                    break
+        self.setup_deadline = None
+        commands = self.setup_request[proto.SETUP_COMMANDS]
+        env, problem = setup.outcome(setup.read_result(self.setup_result), status, commands)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+            self.reply({"ok": True})
+            return
+        self.reply({proto.ERROR: problem + self.setup_said(), proto.HINT: setup.HINT_FAILED})
+        self.stop_setup(self.grace_s)
+
+    def setup_timed_out(self):
+        """The setup ran past its time: say where it was, and stop it."""
+        self.setup_deadline = None
+        timeout_s = float(self.setup_request[proto.SETUP_TIMEOUT_S])
+        commands = self.setup_request[proto.SETUP_COMMANDS]
+        at = setup.current(setup.read_result(self.setup_result), commands)
+        self.reply(
+            {
+                proto.ERROR: "the setup did not finish within %gs (still running: `%s`)%s"
+                % (timeout_s, setup.shown(at), self.setup_said()),
+                proto.HINT: setup.HINT_TIMEOUT,
+            }
+        )
+        self.stop_setup(self.grace_s)
+
+    def setup_said(self):
+        """The last lines of the setup's stderr, for its error."""
+        lines = bytes(self.setup_stderr).decode("utf-8", "replace").strip().splitlines()
+        return "; its stderr ended: %s" % " | ".join(lines[-5:]) if lines else ""
+
+    def stop_setup(self, grace_s):
+        """TERM the setup's group and whatever carries its tag; KILL after `grace_s`."""
+        task = self.setup
+        if task is None or task.kill_at is not None:
+            return
+        if self.setup_deadline is not None:  # still unanswered: the launcher went away
+            self.setup_deadline = None
+            setup.read_result(self.setup_result)
+        if task in self.signal_tasks([task], signal.SIGTERM):
+            task.kill_at = time.monotonic() + max(float(grace_s), 0.0)
+
+    def check_setup_gone(self, now):
+        """While its KILL is due: nothing of the setup left means nothing to wait for."""
+        task = self.setup
+        if task is None or task.kill_at is None or now >= task.kill_at:
+            return
+        if now - self.setup_checked >= SETUP_CHECK_S:
+            self.setup_checked = now
+            if not self.signal_tasks([task], 0):
+                task.kill_at = None
 
     def op_scan(self, request):
         window_s = float(request.get(proto.SCAN_CPU_WINDOW_S) or 0.0)
@@ -738,6 +853,30 @@ class Agent:
         if note is not None:
             message = {proto.NOTICE_MESSAGE: "%s: %s" % (task.name, note)}
             self.send(proto.encode_json(proto.NOTICE, message, task.id))
+        problem = self.start_task(task)
+        if problem is not None:
+            task.proc = None
+            task.code = 126 if isinstance(problem, PermissionError) else 127
+            task.reason = proto.REASON_SPAWN_FAILED
+            task.detail = "cannot run %s: %s" % (task.argv[0], problem.strerror or problem)
+            task.exited_at = time.monotonic()
+            self.maybe_report(task)  # a task never started: no signal, no pipes, not stopped
+            return
+        self.send(
+            proto.encode_json(
+                proto.STARTED,
+                {
+                    proto.STARTED_PID: task.proc.pid,
+                    proto.STARTED_PGID: task.pgid,
+                    proto.EVENT_TIME: time.time(),
+                },
+                task.id,
+            )
+        )
+
+    def start_task(self, task):
+        """Start `task` in a session of its own with its output relayed; the OSError if it
+        cannot start."""
         setpriv = _resolve_spawn()
         env = task_environment(os.environ, task.env)
         out_r, out_w = os.pipe()
@@ -755,13 +894,7 @@ class Agent:
         except OSError as exc:
             os.close(out_r)
             os.close(err_r)
-            task.proc = None
-            task.code = 126 if isinstance(exc, PermissionError) else 127
-            task.reason = proto.REASON_SPAWN_FAILED
-            task.detail = "cannot run %s: %s" % (task.argv[0], exc.strerror or exc)
-            task.exited_at = time.monotonic()
-            self.maybe_report(task)  # a task never started: no signal, no pipes, not stopped
-            return
+            return exc
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -774,19 +907,10 @@ class Agent:
             if not self.paused:
                 self.selector.register(fd, READ, (task, kind))
         task.last_output = time.monotonic()
-        self.send(
-            proto.encode_json(
-                proto.STARTED,
-                {
-                    proto.STARTED_PID: task.proc.pid,
-                    proto.STARTED_PGID: task.pgid,
-                    proto.EVENT_TIME: time.time(),
-                },
-                task.id,
-            )
-        )
+        return None
 
     def on_task_output(self, task, kind, fd):
+        """Relay what `fd` holds now; how many bytes that was."""
         # Drain what the pipe holds (up to a few chunks) into one frame: writers flush 4-8 KB
         # at a time, and a frame per flush costs the launcher a write per flush per log.
         chunks = []
@@ -810,9 +934,9 @@ class Agent:
         if at_end and not data:
             self.close_pipe(task, fd)
             self.maybe_report(task)
-            return
+            return 0
         if not data:
-            return
+            return 0
         now = time.monotonic()
         task.last_output = now
         if len(chunks[-1]) < READ_CHUNK:  # drained: more will come as a burst or not at all
@@ -820,10 +944,17 @@ class Agent:
         if kind == proto.STDERR and task.traceback.feed(data):
             task.traceback.mark_time = now
             task.traceback.mark_cpu = self.cpu_of(task)
+        if task is self.setup:
+            if kind == proto.STDERR:
+                self.setup_stderr += data
+                del self.setup_stderr[:-SETUP_STDERR_BYTES]
+            if self.setup_deadline is None:
+                return len(data)  # answered: what it left running writes to no one
         self.relayed += len(data)
         if self.relayed >= heap.AFTER_BYTES:
             heap.keep_freed()  # this agent relays a stream (sets the thresholds once)
         self.send_output(kind, task.id, data)
+        return len(data)
 
     def close_pipe(self, task, fd):
         del task.files[fd]
@@ -836,6 +967,7 @@ class Agent:
         os.close(fd)
 
     def reap(self):
+        self.reap_setup()
         now = time.monotonic()
         exited = []
         for task in self.tasks.values():
@@ -925,9 +1057,10 @@ class Agent:
         self.signal_tasks(chosen, signal.SIGTERM)
         if self.signal_strays(signal.SIGTERM) and self.strays_kill_at is None:
             self.strays_kill_at = now + max(float(grace_s), 0.0)
+        self.stop_setup(grace_s)
 
     def kill_all(self):
-        chosen = [t for t in self.tasks.values() if t.proc is not None]
+        chosen = [t for t in self.every_task() if t.proc is not None]
         for task in chosen:
             if task.running:
                 task.stopped_by_dtrain = True
@@ -941,8 +1074,8 @@ class Agent:
         session of its own, adopted by the agent once its parent exited): every descendant
         but the tasks' groups, which `signal_tasks` stops, and the agent's own helpers."""
         me = os.getpid()
-        groups = set(task.pgid for task in self.tasks.values() if task.pgid is not None)
-        leaders = set(task.proc.pid for task in self.tasks.values() if task.proc is not None)
+        groups = set(task.pgid for task in self.every_task() if task.pgid is not None)
+        leaders = set(task.proc.pid for task in self.every_task() if task.proc is not None)
         helpers = set(pid for pid in table if pid not in leaders and spawn.is_started_here(pid))
         for pid in list(helpers):
             helpers.update(procs.descendants(table, pid))
@@ -992,11 +1125,14 @@ class Agent:
         if self.strays_kill_at is not None and now >= self.strays_kill_at:
             self.strays_kill_at = None
             self.signal_strays(signal.SIGKILL)
-        due = [t for t in self.tasks.values() if t.kill_at is not None and now >= t.kill_at]
+        due = [t for t in self.every_task() if t.kill_at is not None and now >= t.kill_at]
         for task in due:
             task.kill_at = None
         if due:
             self.signal_tasks(due, signal.SIGKILL)
+        if self.setup_deadline is not None and now >= self.setup_deadline:
+            self.setup_timed_out()
+        self.check_setup_gone(now)
         for task in self.tasks.values():
             if task.drain_until is not None:
                 self.maybe_report(task)
@@ -1232,7 +1368,7 @@ def main():
         agent.run()
     except Exception:
         # Never leave tasks behind because of a bug in here.
-        agent.signal_tasks([t for t in agent.tasks.values() if t.proc is not None], signal.SIGKILL)
+        agent.signal_tasks([t for t in agent.every_task() if t.proc is not None], signal.SIGKILL)
         agent.signal_strays(signal.SIGKILL)
         raise
     agent.signal_strays(signal.SIGKILL)  # any started during the grace

@@ -47,6 +47,9 @@ OP_CONNECT = "connect"  # connect to other hosts' listeners
 OP_SYNC_PLAN = "sync_plan"  # which files of a manifest the host needs
 OP_SYNC_PUT = "sync_put"  # receive them (DATA frames)
 OP_STACKS = "stacks"  # every job process's Python stack (`dtrain stacks`), answered from a thread
+OP_SETUP = (
+    "setup"  # run the --setup commands; the host's tasks start from the environment they leave
+)
 
 # every REPLY
 OK = "ok"
@@ -69,6 +72,13 @@ TASK_ENV = "env"
 TASK_CWD = "cwd"
 TASK_SCRIPT = "script"  # the Python or shell script the command runs, checked before start
 TASK_SCRIPT_ON_PATH = "script_on_path"  # its program also looks for it on PATH (bash)
+
+# the setup request; its output comes as STDOUT/STDERR frames of task SETUP_TASK, before the reply
+SETUP_COMMANDS = "commands"
+SETUP_JOB = "job_id"  # the tag its processes carry
+SETUP_NAME = "name"  # their TASK_VAR: `setup@HOST`, one per host (two may share a machine)
+SETUP_TIMEOUT_S = "timeout_s"  # the agent stops it, and answers, after this long
+SETUP_TASK = 0xFFFF  # never a task's id
 
 # STARTED, EXITED, NOTICE and STOP payloads
 STARTED_PID = "pid"

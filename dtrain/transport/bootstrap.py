@@ -22,7 +22,7 @@ from dtrain import remote
 
 logger = logging.getLogger(__name__)
 
-REMOTE_MODULES = ("proto", "procs", "spawn", "files", "stacks", "probe", "heap", "agent")
+REMOTE_MODULES = ("proto", "procs", "spawn", "files", "stacks", "probe", "heap", "setup", "agent")
 
 TOO_OLD_EXIT = 65  # the agent's python cannot run it: the remote command tries the next one
 AUTO_PYTHON = "auto"
@@ -146,26 +146,7 @@ def _packed_boot_code() -> str:
     return base64.b64encode(zlib.compress(boot_code().encode(), 9)).decode()
 
 
-SETUP_FAILED_EXIT = 98
-
-
-def setup_prefix(setup: tuple[str, ...]) -> str:
-    """`--setup` commands for the login shell, before the agent starts: they run in that shell
-    itself (so `source`, `conda activate`, `module load` change what the agent, and so every
-    task, inherits), their output goes to stderr (stdout is the agent's stream), and the first
-    that fails ends it, saying which command on which host."""
-    parts = []
-    for command in setup:
-        shown = "; ".join(line.strip() for line in command.splitlines() if line.strip())
-        said = shlex.quote(f"setup command `{shown}` failed")
-        parts.append(
-            f'{{ {command}\n}} >&2 || {{ s=$?; echo {said}" on $(uname -n) (exit $s)" >&2; '
-            f"exit {SETUP_FAILED_EXIT}; }}\n"
-        )
-    return "".join(parts)
-
-
-def remote_command(python: str = AUTO_PYTHON, setup: tuple[str, ...] = ()) -> str:
+def remote_command(python: str = AUTO_PYTHON) -> str:
     """The command sshd hands the login shell: find a python for the agent and start it.
 
     It is `sh -c '...'` so that any login shell (bash, zsh, fish, csh) runs it the same way;
@@ -182,7 +163,7 @@ def remote_command(python: str = AUTO_PYTHON, setup: tuple[str, ...] = ()) -> st
         f'echo "dtrain: no python3 >= 3.6 for the agent on $(uname -n) '
         f'(tried {" ".join(candidates)})" >&2; exit 127'
     )
-    return f"{setup_prefix(setup)}sh -c {shlex.quote(script)}"
+    return f"sh -c {shlex.quote(script)}"
 
 
 # ---- local --------------------------------------------------------------------------------

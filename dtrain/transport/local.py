@@ -9,17 +9,14 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from dtrain.transport.bootstrap import agent_payload, boot_code, setup_prefix
+from dtrain.transport.bootstrap import agent_payload, boot_code
 
 
 class LocalLink:
     """A local agent process in its own session, so the terminal's Ctrl-C reaches only dtrain."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, setup: tuple[str, ...] = ()) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         argv = [sys.executable, "-c", boot_code()]
-        if setup:  # `--setup` here too, in the user's shell, so every host's tasks see it
-            shell = os.environ.get("SHELL") or "/bin/sh"
-            argv = [shell, "-c", setup_prefix(setup) + 'exec "$0" -c "$1"', *argv[::2]]
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -34,7 +31,7 @@ class LocalLink:
         self._stderr = bytearray()
         self._stderr_thread = threading.Thread(target=self._read_stderr, daemon=True)
         self._stderr_thread.start()
-        # It may end before reading it (a failed --setup): at end of stream, its stderr says why.
+        # It may end before reading it (a crash): at end of stream, its stderr says why.
         with contextlib.suppress(BrokenPipeError):
             self.send(agent_payload())
 
@@ -54,7 +51,7 @@ class LocalLink:
         return os.read(self._stdout_fd, size)
 
     def stderr_text(self) -> str:
-        if self.proc.poll() is not None:  # it ended (a failed --setup): all of what it said
+        if self.proc.poll() is not None:  # it ended: all of what it said
             self._stderr_thread.join(timeout=1.0)
         return self._stderr.decode("utf-8", "replace")
 

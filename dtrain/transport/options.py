@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_SETUP_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
 class SshOptions:
     """How to reach remote hosts (ssh config file, host keys, connect timeout), and what
-    each host's login shell runs first (`--setup`)."""
+    each host's agent runs first (`--setup`)."""
 
     config_file: str | None = None
     accept_new_host_keys: bool = False
@@ -22,8 +23,9 @@ class SshOptions:
     user_config_dir: str = field(default_factory=lambda: os.path.expanduser("~/.ssh"))
     # resolve hosts with `ssh -G` where OpenSSH is installed (False: dtrain reads the files)
     use_openssh: bool = True
-    # shell commands run in each host's login shell before the agent takes its environment
+    # shell commands each host's agent runs in $SHELL before it starts anything (`--setup`)
     setup: tuple[str, ...] = ()
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
 
 
 @dataclass(frozen=True)

@@ -948,7 +948,7 @@ class SshTransport:
         `RemoteError` saying so and what to look at, not paramiko's words."""
         client = self.clients[host.key]
         try:
-            return SshLink(client, remote_command(python, self.options.setup))
+            return SshLink(client, remote_command(python))
         except paramiko.ChannelException as exc:
             raise RemoteError(
                 f"sshd refused it a session ({exc.text})",
@@ -1259,7 +1259,7 @@ class SshLink:
             self._stderr += chunk[: max(0, 65536 - len(self._stderr))]
 
     def stderr_text(self) -> str:
-        if self.channel.eof_received:  # it ended (a failed --setup): wait for its last words
+        if self.channel.eof_received:  # it ended (no python3 for it): wait for its last words
             deadline = time.monotonic() + 0.5
             while not self.channel.exit_status_ready() and time.monotonic() < deadline:
                 time.sleep(0.01)

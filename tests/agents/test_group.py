@@ -95,7 +95,7 @@ def test_real_agents_answer_a_round_each_with_its_own_reply() -> None:
     """Three agents on this machine, asked at once: each reply is its own (its pid), sent
     and answered times in order."""
     sessions = {
-        f"here{k}": AgentSession(local_host(f"here{k}"), LocalLink(None, ()), queue.SimpleQueue())
+        f"here{k}": AgentSession(local_host(f"here{k}"), LocalLink(None), queue.SimpleQueue())
         for k in range(3)
     }
     try:

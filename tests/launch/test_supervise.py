@@ -155,6 +155,9 @@ class RecordingConsole:
     def note(self, message: str) -> None:
         self.notes.append(message)
 
+    def setup_output(self, host: str, data: bytes) -> None:
+        self.output.append((f"setup@{host}", True, data))
+
 
 class Job:
     """A supervisor over one fake session per host of its plan, driven by hand."""

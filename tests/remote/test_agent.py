@@ -63,9 +63,9 @@ def task_spec(
 class Agent:
     """A local agent and the events it sends, for driving it by hand."""
 
-    def __init__(self, env: dict[str, str] | None = None, setup: tuple[str, ...] = ()) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.link = LocalLink(env, setup)
+        self.link = LocalLink(env)
         self.session = AgentSession(local_host("here"), self.link, self.events)
         self.next_job = 0
 
@@ -429,10 +429,10 @@ def test_a_task_gets_default_signals_and_none_of_the_fds_the_agent_was_started_w
     tmp_path: Path,
 ) -> None:
     """Tasks start by posix_spawn: the agent's Python ignores SIGPIPE and SIGXFSZ, which a
-    task must not inherit (`train.py | head` would never end it), and an fd the agent was
-    started with (one a --setup command opened) must not reach a task; the agent goes back
-    to its own working directory after starting a task in another."""
-    a = Agent(setup=("exec 7</dev/null",))
+    task must not inherit (`train.py | head` would never end it), and none of the agent's
+    own fds reaches a task; the agent goes back to its own working directory after starting
+    a task in another."""
+    a = Agent()
     try:
         before = a.hello()["cwd"]
         workdir = str(tmp_path)
