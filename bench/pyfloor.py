@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING  # noqa: E402
 from dtrain.transport.machine import lookup_name  # noqa: E402 - socket only: no paramiko
 
 if TYPE_CHECKING:
-    from dtrain.transport.sshlib import paramiko
+    import paramiko
 
 TIMEOUT_S = 10.0
 STAMPS: list[dict[str, object]] = []  # each step: its name, start and end (s since T0)
@@ -86,7 +86,9 @@ def run_host(
     settings: paramiko.SSHConfigDict, sock: socket.socket, command: str, codes: list[int]
 ) -> None:
     """Check the host key, authenticate, run `command`, wait for it."""
-    from dtrain.transport.sshlib import TunedTransport, paramiko
+    import paramiko
+
+    from dtrain.transport.sshlib import TunedTransport
 
     start = time.time()
     hostname, port = settings["hostname"], int(settings.get("port", 22))
@@ -112,7 +114,7 @@ def main(argv: list[str]) -> int:
     names = hosts.split(",")
     dialled = {host: dial_ahead(*address(config_path, host)) for host in names}
     start = time.time()
-    from dtrain.transport.sshlib import paramiko  # while the connections open
+    import paramiko  # while the connections open
 
     stamp("import paramiko (dtrain.transport.sshlib)", start)
 

@@ -33,10 +33,8 @@ from dtrain.transport.machine import raise_open_file_limit
 from dtrain.transport.options import SlurmOptions, SshOptions
 
 if TYPE_CHECKING:
-    from dtrain.transport.dial import Dialling
     from dtrain.transport.slurm import SlurmStep
     from dtrain.transport.ssh import SshTransport
-    from dtrain.transport.sshconfig import Resolving
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +164,6 @@ class AgentGroup:
         self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
         self._lock = threading.Lock()
-        self._ahead: Resolving | None = None
-        self._dialling: Dialling | None = None
 
     def __enter__(self) -> AgentGroup:
         return self
@@ -181,33 +177,8 @@ class AgentGroup:
         if self._ssh is None:
             from dtrain.transport.ssh import SshTransport
 
-            self._ssh = SshTransport(self.ssh_options, self._ahead, self._dialling)
-            self._ahead = self._dialling = None
+            self._ssh = SshTransport(self.ssh_options)
         return self._ssh
-
-    def resolve_ahead(self, hosts: Sequence[Host], dial: Sequence[Host] = ()) -> None:
-        """Start `ssh -G` for the remote hosts now, before the ssh transport (and paramiko,
-        ~0.1 s) is imported, so OpenSSH resolves them while it loads; the transport takes
-        the answers, or their error, when it first needs a host's settings. The hosts in
-        `dial` (those the caller is about to connect) are also connected to once every answer
-        is in and none could stop the connect first (`dtrain.transport.dial`), so their sshd
-        gets ready meanwhile too."""
-        remote = [h for h in hosts if not h.is_local]
-        begun = self._ssh is not None or self._ahead is not None
-        if not remote or begun or self.slurm is not None or not self.ssh_options.use_openssh:
-            return
-        from dtrain.transport import sshconfig  # no paramiko; local jobs never need it
-
-        openssh = sshconfig.have_openssh()
-        if openssh is not None:
-            keys = list(dict.fromkeys((h.name, h.user, h.port) for h in remote))
-            self._ahead = sshconfig.Resolving(openssh, keys, self.ssh_options.config_file)
-            wanted = {(h.name, h.user, h.port) for h in dial}
-            if wanted:
-                from dtrain.transport.dial import Dialling
-
-                timeout_s = self.ssh_options.connect_timeout_s
-                self._dialling = Dialling(self._ahead.each(), wanted, timeout_s)
 
     def open(self, hosts: Sequence[Host]) -> dict[str, AgentSession]:
         """Connect every host and start an agent on each; any failure names each host, and
@@ -241,7 +212,6 @@ class AgentGroup:
             return self._open_through_slurm(hosts)
         remote = [host for host in hosts if not host.is_local]
         local = [host for host in hosts if host.is_local]
-        self.resolve_ahead(remote, dial=remote)
         problems: dict[str, Problem] = {}
         lock = threading.Lock()
 
@@ -404,10 +374,6 @@ class AgentGroup:
         in_parallel(sessions, AgentSession.close, CLOSE_TIMEOUT_S)
         if self._ssh is not None:
             self._ssh.close()
-        if self._dialling is not None:  # dialled, and no transport made to take them
-            self._dialling.close()
-        if self._ahead is not None:  # `ssh -G` started, and no transport made to take it
-            self._ahead.stop()
         if self.step is not None:
             self.step.stop()
         self.sessions.clear()

@@ -46,12 +46,10 @@ def hello(
     lease_s: float | None = None,
     leases: Mapping[str, float] | None = None,
     grace_s: float | None = None,
-    probe_ahead: Callable[[AgentSession], dict[str, Any]] | None = None,
 ) -> Replies:
     """The agents' settings (those given; the others keep the agent's defaults) in, each
     host's facts (`HelloFacts.from_reply`) and `ports_for(session)` free ports out.
-    `leases` (by host key) gives a host its own lease instead of `lease_s`; `probe_ahead`
-    gives the fields of the `probe` request to come, whose slow part starts now."""
+    `leases` (by host key) gives a host its own lease instead of `lease_s`."""
     settings = {"heartbeat_s": heartbeat_s, "lease_s": lease_s, "grace_s": grace_s}
     given = {name: value for name, value in settings.items() if value is not None}
 
@@ -61,8 +59,6 @@ def hello(
             extra["ports"] = ports_for(session)
         if leases is not None and session.host.key in leases:
             extra["lease_s"] = leases[session.host.key]
-        if probe_ahead is not None:
-            extra[proto.HELLO_PROBE_AHEAD] = probe_ahead(session)
         return extra
 
     return request_each(sessions, proto.OP_HELLO, timeout_s, per_host, **given)

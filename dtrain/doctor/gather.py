@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,12 +31,13 @@ from dtrain.doctor.judge import (
     Survey,
     judge,
 )
-from dtrain.errors import Problem, RemoteError
+from dtrain.errors import DtrainError, Problem, RemoteError
 from dtrain.plan.hosts import Host, local_host
 from dtrain.plan.planner import workdir_on
 from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
 from dtrain.remote import proto
+from dtrain.transport import sshconfig
 from dtrain.transport.machine import local_address, local_free_ports, local_hostname
 from dtrain.transport.options import SlurmOptions, SshOptions
 
@@ -92,16 +93,34 @@ def run_doctor(
     started = time.monotonic()
     here = local_host(local_hostname())
     everyone = (here, *request.hosts)
+    over_ssh = bool(request.hosts) and slurm is None
+    missing = _without_openssh([h for h in request.hosts if not h.is_local]) if over_ssh else {}
+    over_ssh = over_ssh and not missing
     with AgentGroup(ssh, remote_python, slurm, setup_output=setup_output) as group:
-        sessions, problems = group.open_reachable(everyone)
+        sessions, problems = group.open_reachable([h for h in everyone if h.key not in missing])
+        problems = {**problems, **missing}
         logger.debug("connected and agents started: %.3fs", time.monotonic() - started)
-        over_ssh = request.hosts and slurm is None
         connect_s = dict(group.ssh.connect_times_s) if over_ssh else {}
         survey = gather(request, here, sessions, problems, connect_s, group.job_id)
         if group.step is not None:  # the hosts were reached through Slurm, not ssh
             survey = replace(survey, reached_through=f"Slurm job {group.step.job_id}")
     results = judge(survey, checks)
     return DoctorReport(survey.hosts, results, tuple(checks), time.monotonic() - started)
+
+
+def _without_openssh(hosts: Sequence[Host]) -> dict[str, Problem]:
+    """Each host as unreachable when this machine has no OpenSSH client (dtrain reads the ssh
+    config through `ssh -G`): the doctor still checks this machine, and says why per host."""
+    try:
+        sshconfig.openssh_client()
+    except DtrainError as exc:
+        return {
+            h.key: Problem(
+                f"{h.display}: {exc.what}", host=h.display, hint=exc.hint, code="no_openssh"
+            )
+            for h in hosts
+        }
+    return {}
 
 
 def gather(
@@ -118,7 +137,7 @@ def gather(
     """
     everyone = (here, *request.hosts)
     shown = {h.key: h.display for h in everyone}
-    hello, failed = _hello(sessions, shown, problems, lambda s: _ahead_fields(request, s.host))
+    hello, failed = _hello(sessions, shown, problems)
     remote_addresses = [
         str(hello[h.key].ssh_server_address or h.name) for h in request.hosts if h.key in hello
     ]
@@ -185,12 +204,11 @@ def _hello(
     sessions: dict[str, AgentSession],
     shown: Mapping[str, str],
     problems: Mapping[str, Problem],
-    probe_ahead: Callable[[AgentSession], dict[str, Any]],
 ) -> tuple[dict[str, ops.HelloFacts], dict[str, Problem]]:
-    """Each agent's hello (which starts the slow part of its probe), and the problems so far
+    """Each agent's hello, and the problems so far
     plus those of agents that did not answer (whose sessions are dropped: nothing more is
     asked of them)."""
-    hellos = ops.hello(sessions, STEP_TIMEOUT_S, probe_ahead=probe_ahead)
+    hellos = ops.hello(sessions, STEP_TIMEOUT_S)
     failed = dict(problems)
     for key, error in hellos.failed.items():
         failed[key] = Problem(
@@ -232,18 +250,13 @@ def _observed(
     )
 
 
-def _ahead_fields(request: DoctorRequest, host: Host) -> dict[str, Any]:
-    """The probe request `host` will get, but for what only the network probe tells."""
-    return {
+def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
+    fields: dict[str, Any] = {
         "interpreter": parity.interpreter_of(request.command),
         "workdir": workdir_on(host.is_local, request.workdir, request.sync_dst),
         "script": parity.script_of(request.command),
+        "synced": request.sync_dst is not None and not host.is_local,
     }
-
-
-def _probe_fields(request: DoctorRequest, host: Host, scheduler: Scheduler) -> dict[str, Any]:
-    fields = _ahead_fields(request, host)
-    fields["synced"] = request.sync_dst is not None and not host.is_local
     if host.key == scheduler.host and request.port is not None:
         fields["port"] = request.port
     return fields

@@ -9,11 +9,9 @@ any step before that starts nothing.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import queue
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -62,38 +60,6 @@ class LaunchOptions:
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
     slurm: SlurmOptions | None = None  # start the agents through Slurm (see AgentGroup)
     take_stacks: bool = True  # a job stopped because it hung: every task's stack first
-
-
-def import_in_background(names: Sequence[str]) -> threading.Thread:
-    """Import modules that later steps need while the launcher waits for its hosts' agents.
-
-    Imported before the first connection, the modules only later steps use (the preflight's,
-    the supervisor, the copier) cost a 1-host launch ~25 ms of its critical path; here they
-    load while the hosts boot their agents, when the launcher has nothing else to do (the stack
-    taker, which few jobs need, loads when one does: `StacksOnDemand`). Where they are used
-    they are imported again, which costs nothing once loaded; a module that fails to import
-    fails again there, with its error.
-    """
-
-    def work() -> None:
-        for name in names:
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
-
-    thread = threading.Thread(target=work, name="dtrain-imports", daemon=True)
-    thread.start()
-    return thread
-
-
-def modules_after_hello(preflight: bool, copies: bool) -> list[str]:
-    """What a launch's steps after the agents' hello import, in the order they need it: the
-    requests, the preflight, the copier (--sync-dst-dir), the stage's script check, the
-    launcher's record in job.json, the supervisor (which brings the job's results). Nothing
-    before the first connection imports them."""
-    names = ["dtrain.agents.ops", *(["dtrain.doctor.gather"] if preflight else [])]
-    if copies:
-        names.append("dtrain.launch.sync")
-    return [*names, "dtrain.doctor.parity", "dtrain.processes.launcher", "dtrain.launch.supervise"]
 
 
 class StacksOnDemand:
@@ -264,7 +230,6 @@ class Launch:
         hosts = self._agent_group()
         started = False
         try:
-            hosts.resolve_ahead(self.request.hosts, dial=_hosts_of(placed))
             if self.request.hosts and slurm is None:  # a host listed twice is a mistake
                 hosts.ssh.distinct_targets(self.request.hosts)
             phase = _PhaseClock()
@@ -274,9 +239,6 @@ class Launch:
             planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
-            import_in_background(
-                modules_after_hello(self.options.preflight, self.request.sync_dst is not None)
-            )
             leases = host_leases(hosts, sessions, self.options.lease_s)
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
                 facts = gather_facts(

@@ -21,8 +21,6 @@ class SshOptions:
     accept_new_host_keys: bool = False
     connect_timeout_s: float | None = None
     user_config_dir: str = field(default_factory=lambda: os.path.expanduser("~/.ssh"))
-    # resolve hosts with `ssh -G` where OpenSSH is installed (False: dtrain reads the files)
-    use_openssh: bool = True
     # shell commands each host's agent runs in $SHELL before it starts anything (`--setup`)
     setup: tuple[str, ...] = ()
     setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S

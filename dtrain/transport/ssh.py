@@ -1,9 +1,9 @@
 """The ssh transport: one paramiko connection per host, resolved and checked like OpenSSH.
 
-Settings come from `~/.ssh/config` then `/etc/ssh/ssh_config`, or only `--ssh-config FILE` (like
-`ssh -F`). Host keys are checked against known_hosts; an unknown key fails (or is recorded with
-accept-new), a changed key fails (but for StrictHostKeyChecking no, as OpenSSH). Nothing ever
-prompts. paramiko (through sshlib) is imported only when a job has remote hosts: it takes 0.1 s.
+Settings are OpenSSH's own answer, `ssh -G` (with `-F FILE` for `--ssh-config FILE`). Host keys
+are checked against known_hosts; an unknown key fails (or is recorded with accept-new), a changed
+key fails (but for StrictHostKeyChecking no, as OpenSSH). Nothing ever prompts. paramiko is
+imported only when a job has remote hosts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import errno
 import functools
-import getpass
 import hashlib
 import logging
 import os
@@ -25,19 +24,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import paramiko
+
 from dtrain.errors import Problem, RemoteError, UsageError
 from dtrain.inputfiles import MAX_INPUT_BYTES, InputFile, check_input
 from dtrain.plan.hosts import Host, address_port, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
-from dtrain.transport.dial import MAX_PARALLEL_CONNECTS, Dialling, dial
+from dtrain.transport.machine import lookup_name
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.proxy import ProxySocket
-from dtrain.transport.sshlib import ByteQueue, TunedTransport, paramiko
+from dtrain.transport.sshlib import TunedTransport
 
 logger = logging.getLogger(__name__)
 
 MAX_JUMP_DEPTH = 8
+MAX_PARALLEL_CONNECTS = 32  # handshakes at once
 # a server that offers no protocol version or algorithm we share; the stubs lag paramiko
 IncompatiblePeer: type[paramiko.SSHException] = paramiko.IncompatiblePeer  # type: ignore[attr-defined]
 FIRST_BYTES = 256  # enough of what a port sends first to quote it when it is not ssh
@@ -84,29 +86,6 @@ def _config_paths(options: SshOptions) -> list[str]:
     return [os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"]
 
 
-def load_ssh_config(options: SshOptions) -> paramiko.SSHConfig:
-    """The settings of every file `_config_paths` names, in order."""
-    texts = []
-    for path in _config_paths(options):
-        try:
-            text = Path(path).read_text()
-        except FileNotFoundError:
-            if options.config_file is not None:
-                raise UsageError(f"ssh config {path} does not exist") from None
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read ssh config {path}: {exc}") from None
-        try:  # parsed alone first, so an error names its own file
-            paramiko.SSHConfig.from_text(text)
-        except paramiko.ConfigParseError as exc:
-            raise UsageError(
-                f"ssh config {path}: {exc}",
-                hint="every line needs a keyword and a value; `ssh -G HOST` shows the faulty line",
-            ) from None
-        texts.append(text)
-    return paramiko.SSHConfig.from_text("\n".join(texts))
-
-
 def split_jump_hop(hop: str) -> tuple[str, str, str]:
     """(user, host, port) of one ProxyJump hop, `[user@]host[:port]` or `[user@][v6addr][:port]`."""
     user, _, rest = hop.rpartition("@")
@@ -141,137 +120,8 @@ def _jump_hops(jump: str, name: str, options: SshOptions) -> list[tuple[str, str
     return hops
 
 
-def jump_chain(
-    name: str, config: paramiko.SSHConfig, options: SshOptions, port: int | None = None
-) -> list[str]:
-    """The hosts a connection to `name` goes through, nearest first, as connecting follows
-    them: the last hop through the earlier ones, the first hop through its own ProxyJump.
-
-    A host and port met twice is a loop (OpenSSH would start ssh inside ssh until it runs out
-    of processes): an error naming the whole chain, before any connection.
-    """
-
-    def endpoint(hop_name: str, port_text: str | int | None) -> tuple[str, str]:
-        return hop_name, str(port_text or config.lookup(hop_name).get("port", "22"))
-
-    chain, seen = [name], [endpoint(name, port)]
-    via, jump = name, config.lookup(name).get("proxyjump")
-    while jump not in (None, "none"):
-        hops = _jump_hops(jump, via, options)
-        for _, hop_name, port_text in reversed(hops):
-            if endpoint(hop_name, port_text) in seen:
-                path = " -> ".join([*chain, hop_name])
-                raise UsageError(
-                    f"ssh config {_config_name(options)}: ProxyJump loops: {path} "
-                    "(each reached through the next)",
-                    hint=f"give {hop_name} a way in that does not pass through itself: "
-                    f"ProxyJump none in a Host {hop_name} block above the others, or leave it "
-                    f"out of the pattern (Host * !{hop_name})",
-                )
-            chain.append(hop_name)
-            seen.append(endpoint(hop_name, port_text))
-        via = hops[0][1]
-        jump = config.lookup(via).get("proxyjump")
-    return chain[1:]
-
-
 def _config_name(options: SshOptions) -> str:
     return " or ".join(_config_paths(options))
-
-
-def _config_number(
-    host: Host, found: paramiko.SSHConfigDict, key: str, options: SshOptions, default: float
-) -> float:
-    """A Port, ConnectTimeout or ServerAlive* number, or an error naming the file, host and
-    value (OpenSSH refuses such a config too). ServerAliveInterval 0 is OpenSSH's "off"."""
-    raw = found.get(key.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(raw) if key == "Port" else float(raw)
-    except ValueError:
-        value = -1
-    off = key == "ServerAliveInterval" and value == 0
-    if (value <= 0 and not off) or (key == "Port" and value > 65535):
-        expected = "a port (1-65535)" if key == "Port" else "a positive number of seconds"
-        raise UsageError(
-            f'ssh config {_config_name(options)} sets {key} "{raw}" for host {host.name}, '
-            f"which is not {expected}",
-            hint=f"fix the {key} line that applies to {host.name} (`ssh -G {host.name}` shows it)",
-        )
-    return value
-
-
-def resolve_target(
-    host: Host, config: paramiko.SSHConfig, options: SshOptions, *, proxy_jump: str | None = None
-) -> SshTarget:
-    """Hosts-file user/port win over ssh config, as `ssh -p`/`user@` do; `proxy_jump` wins
-    over the config's (a hop of a `ProxyJump a,b` chain is reached through the hops before it)."""
-    found = config.lookup(host.name)
-    _refuse_unread(host, found, options)
-    port = host.port or int(_config_number(host, found, "Port", options, 22))
-    user = host.user or found.get("user") or getpass.getuser()
-    identities = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
-    known = found.get("userknownhostsfile")
-    if known:
-        known_files = tuple(os.path.expanduser(p) for p in known.split())
-    else:
-        known_files = (
-            os.path.join(options.user_config_dir, "known_hosts"),
-            os.path.join(options.user_config_dir, "known_hosts2"),
-        )
-    known_files = (*known_files, "/etc/ssh/ssh_known_hosts")
-    timeout = options.connect_timeout_s
-    if timeout is None:
-        timeout = _config_number(host, found, "ConnectTimeout", options, DEFAULT_CONNECT_TIMEOUT_S)
-    jump = proxy_jump or found.get("proxyjump")
-    if proxy_jump is None and jump not in (None, "none"):
-        jump_chain(host.name, config, options, port)
-    return SshTarget(
-        hostname=found.get("hostname", host.name),
-        port=port,
-        user=user,
-        identity_files=identities,
-        identities_only=found.get("identitiesonly", "no").lower() == "yes",
-        known_hosts_files=known_files,
-        strict_host_keys=strictness(found.get("stricthostkeychecking", "ask")),
-        connect_timeout_s=timeout,
-        proxy_jump=None if jump in (None, "none") else jump,
-        proxy_command=None
-        if found.get("proxycommand", "none") == "none"
-        else found["proxycommand"],
-        certificate_files=tuple(
-            os.path.expanduser(p) for p in found.get("certificatefile", "").split()
-        ),
-        host_key_alias=found.get("hostkeyalias"),
-        use_agent=found.get("identityagent", "SSH_AUTH_SOCK") != "none",
-        agent_socket=agent_socket(found.get("identityagent", "SSH_AUTH_SOCK")),
-        server_alive_s=_config_number(host, found, "ServerAliveInterval", options, 0),
-        server_alive_count=int(_config_number(host, found, "ServerAliveCountMax", options, 3)),
-    )
-
-
-# Settings dtrain's own reader (used without an OpenSSH client) cannot follow.
-UNREAD = ("include",)
-
-
-def _refuse_unread(host: Host, found: paramiko.SSHConfigDict, options: SshOptions) -> None:
-    """Without OpenSSH, a setting this reader cannot honour is an error, never ignored."""
-    settings = {k: (v if isinstance(v, str) else " ".join(v),) for k, v in found.items()}
-    refused = [
-        (k, settings[k][0], "dtrain reads ssh config without OpenSSH here")
-        for k in UNREAD
-        if k in settings and settings[k][0] not in ("no", "false")
-    ]
-    refused += sshconfig.refused_settings(settings)
-    if refused:
-        keyword, value, why = refused[0]
-        raise UsageError(
-            f"ssh config {_config_name(options)} sets {keyword} {value} for host {host.name}: "
-            f"{why}",
-            hint="install the OpenSSH client (dtrain then resolves hosts with `ssh -G`), or "
-            f"write {host.name}'s settings out without {keyword}",
-        )
 
 
 def strictness(value: str) -> str:
@@ -602,29 +452,11 @@ def refuse_unreadable_files(host: Host, target: SshTarget) -> None:
 class SshTransport:
     """One authenticated connection per host, opened in parallel, reused for every channel."""
 
-    def __init__(
-        self,
-        options: SshOptions,
-        ahead: sshconfig.Resolving | None = None,
-        dialling: Dialling | None = None,
-    ) -> None:
+    def __init__(self, options: SshOptions) -> None:
         self.options = options
-        # OpenSSH's own resolution where its client exists; else dtrain's reading of the files
-        self.openssh = sshconfig.have_openssh() if options.use_openssh else None
-        # `ssh -G` already under way for some hosts (started before paramiko's import), and
-        # connections to them dialled once every answer came and none stood in the way
-        same = ahead is not None and (ahead.ssh, ahead.config_file) == (
-            self.openssh,
-            options.config_file,
-        )
-        self._ahead = ahead if same else None
-        self._dialling = dialling if same else None
-        if dialling is not None and not same:
-            dialling.close()
-        self.config = load_ssh_config(options) if self.openssh is None else paramiko.SSHConfig()
+        self.openssh = sshconfig.openssh_client()  # every host's settings: `ssh -G`
         self._settings: dict[tuple[str, str | None, int | None], sshconfig.Settings] = {}
         self._local = sshconfig.Local.here()
-        self.resolve_s = 0.0  # time spent in `ssh -G`, for --debug and benchmarks
         self.clients: dict[str, paramiko.SSHClient] = {}  # by Host.key: name and port
         self.connect_times_s: dict[str, float] = {}
         # One connection per ProxyJump spec, shared by every host behind it: a Future while
@@ -645,8 +477,6 @@ class SshTransport:
         return target
 
     def _resolve(self, host: Host, proxy_jump: str | None) -> SshTarget:
-        if self.openssh is None:
-            return resolve_target(host, self.config, self.options, proxy_jump=proxy_jump)
         self.prefetch([host])
         settings = self._settings[(host.name, host.user, host.port)]
         refuse_unhonoured(host, settings, self.options, self.openssh)
@@ -661,7 +491,8 @@ class SshTransport:
 
     def _check_jump_loop(self, host: Host, target: SshTarget) -> None:
         """The ProxyJump chain as OpenSSH resolves each hop; a host and port met twice is a
-        loop: an error naming the whole chain, before any connection (as `jump_chain`)."""
+        loop: an error naming the whole chain, before any connection (OpenSSH would start ssh
+        inside ssh until it runs out of processes)."""
         chain, seen = [host.name], [(host.name, target.port)]
         via, jump = host.name, target.proxy_jump
         while jump:
@@ -687,23 +518,15 @@ class SshTransport:
 
     def prefetch(self, hosts: Sequence[Host]) -> None:
         """`ssh -G` for every host not yet resolved, in parallel: once per host per run."""
-        if self.openssh is None:
-            return
         keys = list(dict.fromkeys((h.name, h.user, h.port) for h in hosts))
         started = time.monotonic()
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            found = ahead.result()
-            with self._lock:
-                self._settings.update(zip(ahead.hosts, found, strict=True))
-                self.resolve_s += time.monotonic() - started
         missing = [key for key in keys if key not in self._settings]
         if not missing:
             return
         found = sshconfig.resolve_all(self.openssh, missing, self.options.config_file)
         with self._lock:
             self._settings.update(zip(missing, found, strict=True))
-            self.resolve_s += time.monotonic() - started
+        logger.debug("ssh -G for %d hosts: %.3fs", len(missing), time.monotonic() - started)
 
     def distinct_targets(self, hosts: Sequence[Host]) -> list[SshTarget]:
         """Each host's target; a `HostsFileError` if two lines reach one (hostname, port, user)."""
@@ -742,13 +565,7 @@ class SshTransport:
         for host, problem in zip(hosts, outcomes, strict=True):
             if problem is not None:
                 problems[host.key] = problem
-        logger.debug("connections dialled ahead: %d of %d", self.dialled_ahead, len(hosts))
         return problems
-
-    @property
-    def dialled_ahead(self) -> int:
-        """Connections that had been dialled while paramiko loaded (`dtrain.transport.dial`)."""
-        return self._dialling.taken if self._dialling is not None else 0
 
     def abort(self) -> None:
         """Stop every connection under way at once (Ctrl-C while connecting): shut down each
@@ -811,10 +628,13 @@ class SshTransport:
                 user, name, port = split_jump_hop(target.proxy_jump.split(",")[-1])
                 hop = _hop_host(user, name, port)
                 raise HopFailed(hop, target, exc, is_forwarding=True) from exc
-        dialled = self._dialling.take(target.hostname, target.port) if self._dialling else None
-        if dialled is not None:
-            return dialled.result()  # or the very error its dial raised
-        return dial(target.hostname, target.port, target.connect_timeout_s)
+        sock = socket.create_connection(
+            (lookup_name(target.hostname), target.port),  # type: ignore[arg-type]  # bytes: no idna
+            timeout=target.connect_timeout_s,
+        )
+        # paramiko sets no socket options: Nagle + delayed ACK cost ~40 ms per round trip.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     def _jump_client(self, spec: str) -> paramiko.SSHClient:
         """The one connection to a ProxyJump host, opened by the first host that needs it.
@@ -930,7 +750,7 @@ class SshTransport:
                 look_for_keys=not target.identity_files,
                 allow_agent=allow_agent,
                 passphrase=None,
-                transport_factory=TunedTransport,  # type: ignore[arg-type]  # stubs lag paramiko
+                transport_factory=TunedTransport,
             )
         except (paramiko.SSHException, EOFError, ConnectionError) as exc:
             if str(exc) == "No authentication methods available":
@@ -971,10 +791,6 @@ class SshTransport:
         ]
         for client in [*self.clients.values(), *jumps, *self._spare_jumps]:
             client.close()
-        if self._dialling is not None:
-            self._dialling.close()
-        if self._ahead is not None:  # stopped before it needed a host's settings
-            self._ahead.stop()
         self.clients.clear()
         self._jumps.clear()
         self._spare_jumps.clear()
@@ -1229,10 +1045,6 @@ class SshLink:
         if transport is None or not transport.is_active():
             raise ConnectionError("the ssh connection is closed")
         self.channel = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT_S)
-        self.channel.in_buffer = ByteQueue()  # before any data can arrive: exec comes next
-        # Give the window back when half of it is used, as OpenSSH does, not at a tenth
-        # (paramiko's): each adjust is a packet built and encrypted in Python, 5 per MB before.
-        self.channel.in_window_threshold = self.channel.in_window_size // 2
         self.channel.exec_command(command)
         self._stderr = bytearray()
         self.send(agent_payload())

@@ -2,9 +2,9 @@
 
 Include, Match (exec too), wildcards, negation, tokens and CanonicalizeHostname are then
 exactly what `ssh host` would use; dtrain only reads the result. Hosts are resolved in
-parallel, once per run, and an answer is kept for the next run while nothing `ssh -G` reads
-has changed (`sshcache`). The parse of `ssh -G`'s output and the judgement of what dtrain can
-honour are pure; running ssh is at the edge. The user's config is only read, never written.
+parallel, once per run; nothing is kept between runs. The parse of `ssh -G`'s output and the
+judgement of what dtrain can honour are pure; running ssh is at the edge. The user's config
+is only read, never written.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtrain.errors import UsageError
+from dtrain.errors import DtrainError, UsageError
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S
-from dtrain.transport.sshcache import Answers
 
 SSH_G_TIMEOUT_S = 20.0
 MAX_PARALLEL = 16
@@ -152,9 +151,20 @@ def _yes(settings: Settings, key: str) -> bool:
     return one(settings, key, "no").lower() in ("yes", "true")
 
 
-def have_openssh() -> str | None:
-    """The OpenSSH client's path, or None (then dtrain reads the config files itself)."""
-    return shutil.which("ssh")
+def openssh_client() -> str:
+    """The OpenSSH client's path: every host's settings come from `ssh -G`. Missing, it is
+    this machine's setup, not the user's flags: exit 3, as a missing srun."""
+    path = shutil.which("ssh")
+    if path is None:
+        raise DtrainError(
+            NO_OPENSSH,
+            hint="install the OpenSSH client (Debian/Ubuntu: apt-get install openssh-client; "
+            "RHEL: dnf install openssh-clients) so that `ssh -G HOST` works",
+        )
+    return path
+
+
+NO_OPENSSH = "no OpenSSH client (ssh) on PATH: dtrain reads each host's ssh config with `ssh -G`"
 
 
 # Asked of every `ssh -G`, so its answer holds the ServerAliveInterval the user chose, never
@@ -238,85 +248,30 @@ def end_session(process: subprocess.Popen[str], reap: bool = True) -> None:
 HostKey = tuple[str, str | None, int | None]  # (name, user, port), as a hosts file gives them
 
 
-class Resolving:
-    """`ssh -G` for every (name, user, port), started now, in parallel, and collected later.
-
-    A launch starts it before importing paramiko (~0.1 s), so OpenSSH's processes resolve
-    the hosts while the interpreter loads it instead of after. An answer an earlier run kept
-    for the same client, command line and config files is taken from there instead
-    (`sshcache`). `result()` gives what `resolve_all` would, and raises its error (the first
-    host's in order) once every `ssh -G` has ended, so none outlives dtrain (a hanging
-    `Match exec` is killed at its timeout).
-    """
-
-    def __init__(self, ssh: str, hosts: Sequence[HostKey], config_file: str | None) -> None:
-        self.ssh = ssh
-        self.config_file = config_file
-        self.hosts = tuple(hosts)
-        self._futures: list[Future[dict[str, tuple[str, ...]]]] = []
-        self._running: list[subprocess.Popen[str]] = []  # every `ssh -G` started
-        self._answers: Answers | None = None
-        if not self.hosts:
-            return
-        self._answers = _answers_for(ssh, config_file)
-        pool: ThreadPoolExecutor | None = None
-        for name, user, port in self.hosts:
-            kept = self._answers.get(name, user, port) if self._answers else None
-            if kept is not None:
-                self._futures.append(Future())
-                self._futures[-1].set_result(parse_ssh_g(kept))
-                continue
-            if pool is None:
-                workers = min(MAX_PARALLEL, len(self.hosts))
-                pool = ThreadPoolExecutor(workers, thread_name_prefix="dtrain-ssh-G")
-            self._futures.append(pool.submit(self._ask, name, user, port))
-        if pool is not None:
-            pool.shutdown(wait=False)  # its threads end with the last `ssh -G`
-
-    def _ask(self, name: str, user: str | None, port: int | None) -> dict[str, tuple[str, ...]]:
-        text = run_ssh_g(self.ssh, name, self.config_file, user, port, self._running.append)
-        if self._answers is not None:
-            self._answers.put(name, user, port, text)
-        return parse_ssh_g(text)
-
-    def stop(self) -> None:
-        """Kill every `ssh -G` still running, with what its Match exec runs: whatever stops
-        dtrain early (Ctrl-C, an error elsewhere) leaves none of them behind."""
-        for process in list(self._running):
-            end_session(process, reap=False)
-
-    def each(self) -> list[tuple[HostKey, Future[dict[str, tuple[str, ...]]]]]:
-        """Each host with its answer to come: for what can start before every host has one."""
-        return list(zip(self.hosts, self._futures, strict=True))
-
-    def result(self) -> list[dict[str, tuple[str, ...]]]:
-        try:
-            wait(self._futures)
-        except BaseException:  # Ctrl-C while waiting
-            self.stop()
-            raise
-        if self._answers is not None and self._answers.stored:
-            self._answers.prune()
-        return [f.result() for f in self._futures]
-
-
-def _answers_for(ssh: str, config_file: str | None) -> Answers | None:
-    """The kept answers for this client and config; None where they cannot be used (the cache
-    is only ever a shortcut: whatever fails here, `ssh -G` is asked)."""
-    try:
-        here = Local.here()
-    except (OSError, KeyError):  # no user name for this uid: the tokens cannot be keyed
-        return None
-    return Answers.for_config(
-        ssh, config_file, here.home, (here.user, str(here.uid), here.hostname), SSH_G_OPTIONS
-    )
-
-
 def resolve_all(
     ssh: str, hosts: Sequence[HostKey], config_file: str | None
 ) -> list[dict[str, tuple[str, ...]]]:
-    """`ssh -G` for every (name, user, port), in parallel; the first error wins."""
-    return Resolving(ssh, hosts, config_file).result()
+    """`ssh -G` for every (name, user, port), in parallel; the first host's error (in order)
+    wins, raised once every `ssh -G` has ended, so none outlives dtrain (a hanging `Match
+    exec` is killed at its timeout; Ctrl-C kills them all at once)."""
+    if not hosts:
+        return []
+    running: list[subprocess.Popen[str]] = []
+
+    def ask(key: HostKey) -> dict[str, tuple[str, ...]]:
+        name, user, port = key
+        return parse_ssh_g(run_ssh_g(ssh, name, config_file, user, port, running.append))
+
+    pool = ThreadPoolExecutor(min(MAX_PARALLEL, len(hosts)), thread_name_prefix="dtrain-ssh-G")
+    futures = [pool.submit(ask, key) for key in hosts]
+    try:
+        pool.shutdown(wait=True)
+    except BaseException:  # Ctrl-C while waiting: no `ssh -G` (nor its Match exec) stays
+        for process in list(running):
+            end_session(process, reap=False)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    return [f.result() for f in futures]
 
 
 def where_set(ssh: str, name: str, config_file: str | None, keyword: str) -> str:

@@ -97,7 +97,7 @@ def test_a_host_listed_twice_through_ssh_config_is_one_duplicate_before_connecti
             f'{hosts}:2: duplicate host: "{h1.address}:22" and "h1" on line 1 both reach '
             f"root@{h1.address}:22"
         )
-    # not even a TCP connection (nothing dialled ahead), and no job directory left behind
+    # not even a TCP connection, and no job directory left behind
     said = [line for line in cluster.sshd_log(h1).splitlines() if "Server listening" not in line]
     assert said == []
     assert not (tmp_path / "dtrain-logs").exists()

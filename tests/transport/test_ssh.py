@@ -1,4 +1,5 @@
-"""How dtrain reads OpenSSH client config, and how it refuses a broken one before connecting.
+"""How dtrain reads OpenSSH client config (`ssh -G`), and how it refuses a broken one, or a
+machine without an OpenSSH client, before connecting.
 
 No network: every case here resolves settings or fails before the first connection. Reaching
 hosts through these settings is tested on the cluster (tests/cluster/test_launch_ssh.py).
@@ -16,12 +17,11 @@ import pytest
 
 from dtrain.agents.group import AgentGroup
 from dtrain.errors import ExitCode, UsageError
-from dtrain.plan.hosts import Host, local_host
+from dtrain.plan.hosts import Host
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.ssh import (
     SshTarget,
     SshTransport,
-    jump_chain,
     split_jump_hop,
 )
 from tests.conftest import run_dtrain
@@ -40,17 +40,12 @@ Host node*
 """
 
 
-def transport_for(
-    tmp_path: Path, text: str, timeout_s: float | None = None, use_openssh: bool = False
-) -> SshTransport:
-    """A transport over `text`; by default dtrain's own reading of it (no OpenSSH client)."""
+def transport_for(tmp_path: Path, text: str, timeout_s: float | None = None) -> SshTransport:
+    """A transport over `text`, as `ssh -F` reads it."""
     config = tmp_path / "ssh_config"
     config.write_text(text)
     options = SshOptions(
-        config_file=str(config),
-        connect_timeout_s=timeout_s,
-        user_config_dir=str(tmp_path),
-        use_openssh=use_openssh,
+        config_file=str(config), connect_timeout_s=timeout_s, user_config_dir=str(tmp_path)
     )
     return SshTransport(options)
 
@@ -60,7 +55,11 @@ def test_every_supported_setting_is_read_for_a_matching_alias(tmp_path: Path) ->
     assert (target.hostname, target.port, target.user) == ("127.0.0.9", 2222, "trainer")
     assert target.identity_files == (str(Path("~/keys/id_node").expanduser()),)
     assert target.identities_only is True
-    assert target.known_hosts_files == ("/etc/cluster/known_hosts", "/etc/ssh/ssh_known_hosts")
+    assert target.known_hosts_files == (
+        "/etc/cluster/known_hosts",
+        "/etc/ssh/ssh_known_hosts",
+        "/etc/ssh/ssh_known_hosts2",
+    )
     assert target.strict_host_keys == "accept-new"
     assert target.connect_timeout_s == 3.0
     assert target.proxy_jump == "gate@bastion:2200"
@@ -77,39 +76,31 @@ def test_an_unmatched_host_gets_openssh_defaults(tmp_path: Path) -> None:
     assert (target.hostname, target.port, target.proxy_jump) == ("127.0.0.2", 22, None)
     assert target.connect_timeout_s == DEFAULT_CONNECT_TIMEOUT_S
     assert target.strict_host_keys == "ask"
-    assert target.known_hosts_files[0] == str(tmp_path / "known_hosts")
+    assert target.known_hosts_files[0] == str(Path("~/.ssh/known_hosts").expanduser())
 
 
 @pytest.mark.parametrize(
-    ("line", "message"),
+    "line",
     [
-        ("Port abc", 'sets Port "abc" for host node1, which is not a port (1-65535)'),
-        ("Port 70000", 'sets Port "70000" for host node1, which is not a port (1-65535)'),
-        ("Port 0", 'sets Port "0" for host node1, which is not a port (1-65535)'),
-        ("ConnectTimeout soon", "which is not a positive number of seconds"),
-        ("ProxyJump gate:ssh", 'sets ProxyJump "gate:ssh" for host node1: "ssh" is not a port'),
+        "Port abc",
+        "Port 70000",
+        "Port 0",
+        "ConnectTimeout soon",
+        "ProxyJump [::1",
+        "ProxyJump me@[fd00::1:2200",
+        "ProxyJump gate,,b",
+        "ProxyJump [::1]:x",
     ],
 )
-def test_a_bad_value_names_the_file_the_host_and_the_value(
-    tmp_path: Path, line: str, message: str
+def test_a_bad_value_is_refused_in_openssh_words_naming_the_file_and_host(
+    tmp_path: Path, line: str
 ) -> None:
     transport = transport_for(tmp_path, f"Host node1\n  {line}\n")
     with pytest.raises(UsageError) as caught:
         transport.target(Host(name="node1"))
-    assert message in str(caught.value)
-    assert str(tmp_path / "ssh_config") in str(caught.value)
+    assert "OpenSSH refuses the ssh config for host node1: " in str(caught.value)
+    assert f"{tmp_path / 'ssh_config'} line 2" in str(caught.value)
     assert caught.value.exit_code == ExitCode.USAGE
-
-
-def test_an_unparsable_line_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"ssh_config: Unparsable line Port"):
-        transport_for(tmp_path, "Host node1\n  HostName 127.0.0.2\n  Port\n")
-
-
-def test_the_default_configs_are_named_one_by_one(tmp_path: Path) -> None:
-    (tmp_path / "config").write_text("Host *\n  User\n")
-    with pytest.raises(UsageError, match=rf"ssh config {tmp_path}/config: Unparsable line User"):
-        SshTransport(SshOptions(user_config_dir=str(tmp_path), use_openssh=False))
 
 
 @pytest.mark.parametrize("command", [["launch", "-n", "1"], ["doctor"], ["ps"], ["kill"]])
@@ -182,13 +173,14 @@ def test_hosts_behind_one_proxyjump_share_one_connection_to_it(
 @pytest.mark.parametrize(
     ("config", "path"),
     [
-        ("Host node1\n  ProxyJump node1\n", "node1 -> node1"),
+        # OpenSSH finds these loops itself
+        ("Host node1\n  ProxyJump node1\n", "jumphost loop via node1"),
         ("Host node1\n  ProxyJump gate\nHost gate\n  ProxyJump node1\n", "node1 -> gate -> node1"),
         (
             "Host node1\n  ProxyJump a\nHost a\n  ProxyJump b\nHost b\n  ProxyJump a\n",
             "node1 -> a -> b -> a",
         ),
-        ("Host *\n  ProxyJump bastion\n", "node1 -> bastion -> bastion"),
+        ("Host *\n  ProxyJump bastion\n", "jumphost loop via bastion"),
         ("Host node1\n  ProxyJump a,b,a\n", "node1 -> a -> b -> a"),
     ],
 )
@@ -198,42 +190,10 @@ def test_a_proxyjump_loop_is_an_error_naming_the_chain(
     transport = transport_for(tmp_path, config)
     with pytest.raises(UsageError) as caught:
         transport.target(Host(name="node1"))
-    assert f"ProxyJump loops: {path} (each reached through the next)" in str(caught.value)
+    ours = f"ProxyJump loops: {path} (each reached through the next)"
+    loop = path if "jumphost" in path else ours
+    assert loop in str(caught.value)
     assert caught.value.exit_code == ExitCode.USAGE
-
-
-@pytest.mark.parametrize(
-    ("config", "chain"),
-    [
-        ("Host node1\n  ProxyJump gate\n", ["gate"]),
-        ("Host node1\n  ProxyJump a,b\nHost a\n  ProxyJump c\n", ["b", "a", "c"]),
-        ("Host node1\n  ProxyJump a,b\nHost b\n  ProxyJump node1\n", ["b", "a"]),  # b's own unused
-        ("Host * !bastion\n  ProxyJump bastion\n", ["bastion"]),
-        ("Host node1\n  ProxyJump none\n", []),
-        ("Host node1\n  ProxyJump gate,node1:2222\n", ["node1", "gate"]),  # another sshd
-    ],
-)
-def test_the_jump_chain_follows_openssh(tmp_path: Path, config: str, chain: list[str]) -> None:
-    transport = transport_for(tmp_path, config)
-    assert jump_chain("node1", transport.config, transport.options) == chain
-
-
-@pytest.mark.parametrize(
-    ("jump", "problem"),
-    [
-        ("[::1", '"[::1" lacks the "]" that closes its address'),
-        ("me@[fd00::1:2200", '"me@[fd00::1:2200" lacks the "]" that closes its address'),
-        ("gate,,b", '"" names no host'),
-        ("[::1]:x", '"x" is not a port'),
-    ],
-)
-def test_a_malformed_proxyjump_hop_says_what_is_wrong(
-    tmp_path: Path, jump: str, problem: str
-) -> None:
-    transport = transport_for(tmp_path, f"Host node1\n  ProxyJump {jump}\n")
-    with pytest.raises(UsageError) as caught:
-        transport.target(Host(name="node1"))
-    assert f'sets ProxyJump "{jump}" for host node1: {problem}' in str(caught.value)
 
 
 def test_a_proxyjump_loop_stops_launch_before_connecting(tmp_path: Path) -> None:
@@ -270,23 +230,11 @@ def test_each_hop_of_a_proxyjump_chain_is_reached_through_the_hops_before_it(
     transport.close()
 
 
-def test_without_openssh_an_include_is_refused_not_ignored(tmp_path: Path) -> None:
-    transport = transport_for(tmp_path, "Include ~/.ssh/config.d/*\nHost n1\n  User u\n")
-    with pytest.raises(UsageError, match=r"sets include ~/.ssh/config.d/\* for host n1"):
-        transport.target(Host(name="n1"))
-
-
-def test_without_openssh_a_proxycommand_is_honoured_with_tokens(tmp_path: Path) -> None:
-    text = "Host n1\n  HostName 198.18.0.11\n  ProxyCommand ssh -W %h:%p gate\n"
-    target = transport_for(tmp_path, text).target(Host(name="n1"))
-    assert target.proxy_command == "ssh -W 198.18.0.11:22 gate"
-
-
 def test_with_openssh_tokens_and_include_resolve_as_ssh_does(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x.conf").write_text("Host n1\n  HostName 198.18.0.11\n  User bob\n")
     text = f"Include {tmp_path}/d/*\nHost n*\n  ProxyCommand ssh -W %h:%p -l %r gate\n"
-    target = transport_for(tmp_path, text, use_openssh=True).target(Host(name="n1"))
+    target = transport_for(tmp_path, text).target(Host(name="n1"))
     assert (target.hostname, target.user) == ("198.18.0.11", "bob")
     assert target.proxy_command == "ssh -W 198.18.0.11:22 -l bob gate"
 
@@ -303,53 +251,37 @@ def logged_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
-def group_over(tmp_path: Path, text: str, use_openssh: bool = True) -> AgentGroup:
-    """An agent group whose ssh config is `text` (OpenSSH resolves it, by default)."""
+def group_over(tmp_path: Path, text: str) -> AgentGroup:
+    """An agent group whose ssh config is `text`."""
     config = tmp_path / "ssh_config"
     config.write_text(text)
-    return AgentGroup(SshOptions(config_file=str(config), use_openssh=use_openssh))
+    return AgentGroup(SshOptions(config_file=str(config)))
 
 
-def test_ssh_g_started_ahead_is_what_the_transport_uses(
+def test_ssh_g_is_asked_once_per_host_and_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = logged_ssh(tmp_path, monkeypatch)
     group = group_over(tmp_path, "Host n*\n  HostName 198.18.0.11\n  User bob\n")
     hosts = [Host(name="n1"), Host(name="n2", port=2200), Host(name="n1")]
-    group.resolve_ahead(hosts)
     targets = group.ssh.distinct_targets(hosts[:2])
     assert [(t.hostname, t.port, t.user) for t in targets] == [
         ("198.18.0.11", 22, "bob"),
         ("198.18.0.11", 2200, "bob"),
     ]
-    assert group.ssh.target(Host(name="n3")).hostname == "198.18.0.11"  # not asked ahead
+    assert group.ssh.target(Host(name="n3")).hostname == "198.18.0.11"  # asked when needed
     asked = log.read_text().splitlines()
     assert sorted(line.split()[-1] for line in asked) == ["n1", "n2", "n3"]  # once per host
     assert asked[-1].endswith(" n3")  # n1 and n2 came first, in parallel
     assert all(line.startswith("-G ") for line in asked)
 
 
-def test_a_config_openssh_refuses_fails_the_same_when_resolved_ahead(tmp_path: Path) -> None:
+def test_a_config_openssh_refuses_is_an_error_naming_the_host(tmp_path: Path) -> None:
     group = group_over(tmp_path, "Host n1\n  NoSuchKeyword yes\n")
-    group.resolve_ahead([Host(name="n1")])
     with pytest.raises(UsageError, match="OpenSSH refuses the ssh config for host n1"):
         group.ssh.distinct_targets([Host(name="n1")])
 
 
-def test_nothing_is_resolved_ahead_for_local_hosts_or_without_openssh(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    log = logged_ssh(tmp_path, monkeypatch)
-    text = "Host n1\n  HostName 198.18.0.11\n"
-    group_over(tmp_path, text).resolve_ahead([local_host("localhost")])
-    group_over(tmp_path, text, use_openssh=False).resolve_ahead([Host(name="n1")])
-    for thread in threading.enumerate():  # an `ssh -G` started ahead would have logged by then
-        if thread.name.startswith("dtrain-ssh-G"):
-            thread.join(timeout=10)
-    assert not log.exists()
-
-
-@pytest.mark.parametrize("use_openssh", [False, True])
 @pytest.mark.parametrize(
     ("lines", "limit"),
     [
@@ -364,21 +296,59 @@ def test_nothing_is_resolved_ahead_for_local_hosts_or_without_openssh(
     ],
 )
 def test_server_alive_settings_give_the_silence_a_host_may_keep(
-    tmp_path: Path, use_openssh: bool, lines: str, limit: float | None
+    tmp_path: Path, lines: str, limit: float | None
 ) -> None:
     text = f"Host n1\n  HostName 198.18.0.11\n{lines}"
-    target = transport_for(tmp_path, text, use_openssh=use_openssh).target(Host(name="n1"))
+    target = transport_for(tmp_path, text).target(Host(name="n1"))
     assert target.silence_limit_s == limit
 
 
-@pytest.mark.parametrize("use_openssh", [False, True])
 @pytest.mark.parametrize(
     ("value", "word"),
     [("yes", "yes"), ("no", "no"), ("off", "no"), ("accept-new", "accept-new"), ("ask", "ask")],
 )
-def test_strict_host_key_checking_reads_the_same_with_or_without_openssh(
-    tmp_path: Path, use_openssh: bool, value: str, word: str
-) -> None:
+def test_strict_host_key_checking_reads_as_one_word(tmp_path: Path, value: str, word: str) -> None:
     text = f"Host n1\n  HostName 198.18.0.11\n  StrictHostKeyChecking {value}\n"
-    target = transport_for(tmp_path, text, use_openssh=use_openssh).target(Host(name="n1"))
+    target = transport_for(tmp_path, text).target(Host(name="n1"))
     assert target.strict_host_keys == word
+
+
+def path_without_ssh(tmp_path: Path) -> dict[str, str]:
+    """The environment with a PATH that has every command of this one but `ssh`."""
+    folder = tmp_path / "no-ssh-bin"
+    folder.mkdir()
+    for entry in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(entry):
+            continue
+        for name in os.listdir(entry):
+            if name != "ssh" and not (folder / name).exists():
+                (folder / name).symlink_to(os.path.join(entry, name))
+    env = dict(os.environ, PATH=str(folder))
+    assert shutil.which("ssh", path=env["PATH"]) is None
+    return env
+
+
+@pytest.mark.parametrize("command", [["launch", "-n", "1"], ["ps"], ["kill"], ["stacks"]])
+def test_without_an_openssh_client_a_command_says_so_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "hosts").write_text("198.18.0.11\n")
+    tail = ["--", "true"] if command[0] == "launch" else []
+    result = run_dtrain([*command, "-H", "hosts", *tail], tmp_path, 60, path_without_ssh(tmp_path))
+    assert result.returncode == ExitCode.ENVIRONMENT, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == (
+        "dtrain: no OpenSSH client (ssh) on PATH: dtrain reads each host's ssh config with `ssh -G`"
+    ), result.stderr
+    assert lines[1].startswith("  hint: install the OpenSSH client") and len(lines) == 2
+    assert result.stdout == ""
+
+
+def test_without_an_openssh_client_doctor_reports_it_per_host_and_checks_this_machine(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "hosts").write_text("198.18.0.11\n")
+    result = run_dtrain(["doctor", "-H", "hosts"], tmp_path, 120, path_without_ssh(tmp_path))
+    assert result.returncode == ExitCode.ENVIRONMENT, result.stderr
+    assert "198.18.0.11: no OpenSSH client (ssh) on PATH" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
