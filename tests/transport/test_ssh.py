@@ -114,7 +114,7 @@ def test_every_command_refuses_a_broken_config_before_connecting(
     result = run_dtrain(args, tmp_path, timeout_s=30)
     assert result.returncode == ExitCode.USAGE, result.stderr
     first = result.stderr.splitlines()[0]
-    # OpenSSH's own words (`ssh -G`), or dtrain's reading of the file without an OpenSSH client
+    # OpenSSH's own words (`ssh -G`)
     assert first.startswith("dtrain: ") and "127.0.0.2" in first and "cfg" in first, first
     assert "99999" in first
     assert "Traceback" not in result.stderr
