@@ -106,8 +106,3 @@ def remote_command(python: str = AUTO_PYTHON) -> str:
     )
     return f"sh -c {shlex.quote(script)}"
 
-
-# ---- local --------------------------------------------------------------------------------
-
-
-# ---- facts about this machine ---------------------------------------------------------------
