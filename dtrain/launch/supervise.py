@@ -40,7 +40,7 @@ from dtrain.agents.session import (
 from dtrain.launch.joblog import TaskLog
 from dtrain.launch.results import JobResult, JobState, TaskExit, signal_name
 from dtrain.plan.spec import JobPlan, TaskSpec
-from dtrain.remote import heap, proto
+from dtrain.remote import proto
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,6 @@ class Supervisor:
         self.stacks_started_at: float | None = None
         self.stacks_reported = False
         self.last_output_at = self.started
-        self.relayed = 0  # bytes of output, for heap.AFTER_BYTES (readers race: it may lag)
         for session in sessions.values():
             session.output = self.on_output
 
@@ -185,9 +184,6 @@ class Supervisor:
             self.write_output(run, kind == proto.STDERR, payload)
 
     def write_output(self, run: TaskRun, is_stderr: bool, payload: bytes) -> None:
-        self.relayed += len(payload)
-        if self.relayed >= heap.AFTER_BYTES:
-            heap.keep_freed()  # this launcher relays a stream (sets the thresholds once)
         with run.lock:
             if run.exit is not None:
                 return

@@ -15,222 +15,32 @@ A job's agent is its tasks' subreaper: what a task leaves running outside its pr
 and without its tag (a daemon, `setsid env -i cmd &`) becomes the agent's child, and stops
 with the job.
 
-Standard library only, Python >= 3.6, Linux: dtrain need not be installed on the host.
-
-Every host starts this interpreter for every dtrain command, so it imports C modules
-(`_signal`, `_socket`, `select`) where the standard modules around them (signal, socket,
-selectors, contextlib) would bring `enum` and `collections`, speaks JSON through json's C
-half (`proto`), and starts processes and threads through `spawn` (no subprocess, no
-threading, which bring `re` and `locale` too).
+Standard library only, Python >= 3.6, Linux: dtrain need not be installed on the host. What
+it knows of its host is in `facts`, how it checks a task before starting it in `checks`, how
+it starts processes in `spawn`.
 """
 
-import _signal as signal  # type: ignore[import-not-found]  # no stub: signal's C half
-import _socket as socket
 import os
-import select
-import stat
+import selectors
+import signal
 import sys
+import threading
 import time
+from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
-from . import files, heap, probe, procs, proto, setup, spawn, stacks
-
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
+from . import checks, facts, files, probe, procs, proto, setup, spawn, stacks
 
 READ_CHUNK = 1 << 16
-COALESCE_BYTES = 1 << 18
-MERGE_BYTES = 1 << 18  # while output waits for the launcher, a task's frames grow to this
 HIGH_WATER = 1 << 20  # stop reading task output while this much waits for the launcher
 LOW_WATER = 1 << 18
-# A task streaming output (read again within STREAM_S) has its pipe grown to PIPE_BYTES and
-# rests LINGER_S after each read, so one read takes what a burst of 4-8 KB writes left
-# there. A line after a quiet spell is read at once.
-STREAM_S = 0.005
-LINGER_S = 0.001
-PIPE_BYTES = 1 << 18
-PIPE_BUDGET = 1 << 24  # all grown pipes together: the user's pipe quota is shared
-OUT_PIPE_BYTES = 1 << 20  # the pipe the agent writes its frames to, once full (see grow_out)
-F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ from Python 3.10 on
-DRAIN_S = (
-    2.0  # after a task exits, how long its pipes may stay open (grandchildren) before we report
-)
+DRAIN_S = 2.0  # after a task exits, how long its pipes may stay open (grandchildren)
 TRACEBACK_LINE = b"Traceback (most recent call last):"
 SETUP_STDERR_BYTES = 4096  # the end of the setup's stderr its error shows
 SETUP_DRAIN_READS = 64  # reads of each pipe once it exited (more: a background writer)
 SETUP_CHECK_S = 0.1  # while stopping the setup: how often to look whether any of it is left
 IDLE_CPU_FRACTION = 0.05
-
-
-def _set_nonblocking(fd):
-    import fcntl
-
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-
-
-_PRCTL = []  # type: List[Any]  # resolved once in the agent; each fork only calls it
-
-
-def _grow_pipe(fd, size):
-    """Whether the pipe at `fd` now holds `size` bytes (not a pipe, over pipe-max-size or
-    over the user's pipe quota: no)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, F_SETPIPE_SZ, size)
-    except OSError:
-        return False
-    return True
-
-
-def _resolve_prctl():
-    if not _PRCTL:
-        try:
-            import ctypes
-
-            _PRCTL.append(ctypes.CDLL(None).prctl)
-        except Exception:
-            _PRCTL.append(None)
-
-
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper():
-    """Make this agent the parent of every orphan its tasks leave (Linux >= 3.4), rather than
-    init: a daemon that left its task's group and tag (`setsid env -i cmd &`) stays below the
-    agent, which stops it with the job. False where prctl cannot be called."""
-    _resolve_prctl()
-    if _PRCTL[0] is None:
-        return False
-    try:
-        return _PRCTL[0](PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except Exception:
-        return False
-
-
-def _parent_death_signal():
-    """Runs in the task's child before exec: die if the agent dies, whatever kills it."""
-    if _PRCTL and _PRCTL[0] is not None:
-        try:
-            _PRCTL[0](1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
-
-
-_SETPRIV = []  # type: List[Optional[str]]  # looked up once in the agent
-BINFMT_MISC = "/proc/sys/fs/binfmt_misc"  # the kernel's extra executable formats, if mounted
-_SETPRIV_CHECK = []  # type: List[Any]  # (path, its running check), started at the stage
-
-
-def _check_spawn():
-    """Start checking the host's setpriv (at the stage, once its reply is sent): the first
-    spawn takes the answer. Waiting for it here held the start request, which comes ~2 ms
-    later, behind the check's exit and the polling sleeps of a wait with a timeout (a task
-    started ~5 ms after the check had exited)."""
-    if _SETPRIV or _SETPRIV_CHECK:
-        return
-    found, check = check_setpriv()
-    if check is None:
-        _SETPRIV.append(None)
-        _resolve_prctl()
-    else:
-        _SETPRIV_CHECK.append((found, check))
-
-
-def _resolve_spawn():
-    """The absolute path of a `setpriv` that sets the parent-death signal and then execs the
-    task (util-linux >= 2.33), else None, and then the prctl `_parent_death_signal` calls in
-    the fork instead. A preexec function makes Python fork the whole agent and run Python in
-    the child; through setpriv a task spawns by vfork. Starting 16 tasks here: the start
-    answered in 26 ms instead of 58, and the agent and its spawns took 98 ms of CPU instead
-    of 121."""
-    if not _SETPRIV:
-        found, check = _SETPRIV_CHECK.pop() if _SETPRIV_CHECK else check_setpriv()
-        _SETPRIV.append(checked_setpriv(found, check))
-    if _SETPRIV[0] is None:
-        _resolve_prctl()
-    return _SETPRIV[0]
-
-
-def find_setpriv(path=None):
-    """The first `setpriv` on `path` (this process's PATH by default), if it takes
-    --pdeathsig; else None."""
-    return checked_setpriv(*check_setpriv(path))
-
-
-def check_setpriv(path=None):
-    """(the first `setpriv` on `path`, its check running) or (None, None): an old setpriv
-    refuses --pdeathsig (exit 1)."""
-    found = procs.which("setpriv", path)
-    if found is None or not os.path.isabs(found):
-        return None, None
-    try:
-        check = spawn.start_process(spawn_argv([found, "--version"], found))
-    except OSError:
-        return None, None
-    return found, check
-
-
-def checked_setpriv(found, check, timeout_s=5.0):
-    """`found` if its check passed; a check still running after `timeout_s` failed."""
-    if check is None:
-        return None
-    code = spawn.wait_for(check, timeout_s)
-    if code is None:
-        check.kill()
-        check.wait()
-        return None
-    return found if code == 0 else None
-
-
-READ = select.EPOLLIN
-WRITE = select.EPOLLOUT
-
-
-class Poller:
-    """What the agent uses of selectors.DefaultSelector, on epoll itself: the selectors
-    module imports collections and math for every agent's start. Linux only, as the agent."""
-
-    def __init__(self):
-        self.epoll = select.epoll()
-        self.data = {}  # type: Dict[int, Any]
-
-    def register(self, fd, events, data):
-        self.epoll.register(fd, events)
-        self.data[fd] = data
-
-    def unregister(self, fd):
-        del self.data[fd]  # a KeyError if it is not registered, as from selectors
-        try:
-            self.epoll.unregister(fd)
-        except OSError:  # closed already
-            pass
-
-    def select(self, timeout):
-        """[(fd, data)] of the fds with an event (an error or hang-up counts), waiting up to
-        `timeout` seconds (rounded up to epoll's milliseconds: never early)."""
-        if timeout is None:
-            timeout = -1
-        elif timeout > 0:
-            ms = int(timeout * 1000)
-            timeout = (ms + (ms < timeout * 1000)) / 1000.0
-        else:
-            timeout = 0
-        try:
-            ready = self.epoll.poll(timeout, max(len(self.data), 1))
-        except InterruptedError:
-            return []
-        return [(fd, self.data[fd]) for fd, _ in ready if fd in self.data]
-
-
-def spawn_argv(argv, setpriv):
-    """What the agent executes for a task's `argv`: through `setpriv` when there is one."""
-    if setpriv is None:
-        return list(argv)
-    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+READ = selectors.EVENT_READ
+WRITE = selectors.EVENT_WRITE
 
 
 class TracebackWatch:
@@ -278,9 +88,7 @@ class Task:
         self.proc = None
         self.pgid = None
         self.start_ticks = 0  # when it started, in clock ticks since boot
-        self.files = {}  # fd -> (file object, frame kind)
-        self.read_at = {}  # fd -> when it was last read
-        self.grown = set()  # fds whose pipe the agent grew
+        self.files = {}  # fd -> frame kind
         self.code = None
         self.signal = None
         self.exited_at = None
@@ -302,19 +110,13 @@ class Agent:
     def __init__(self, in_fd=0, out_fd=1):
         self.in_fd = in_fd
         self.out_fd = out_fd
-        _set_nonblocking(in_fd)
-        _set_nonblocking(out_fd)
-        self.selector = Poller()
+        os.set_blocking(in_fd, False)
+        os.set_blocking(out_fd, False)
+        self.selector = selectors.DefaultSelector()
         self.reader = proto.FrameReader()
         self.out = bytearray()
-        self.merge_at = -1  # where in `out` the last output frame's header is, if unsent
-        self.merge_key = None  # that frame's (kind, task)
-        self.merge_size = 0  # and its payload's size
         self.out_registered = False
-        self.out_grown = False  # whether the stream's pipe was grown (once, when it first filled)
         self.paused = False
-        self.relayed = 0  # bytes of task output, for heap.AFTER_BYTES
-        self.resting = {}  # fd -> (when it is read again, its task, its kind)
         self.tasks = {}
         self.job_id = None
         self.heartbeat_s = 1.0
@@ -331,8 +133,8 @@ class Agent:
         self.is_subreaper = False
         self.strays_kill_at = None  # when strays that got SIGTERM get SIGKILL
         self.wake_r, self.wake_w = os.pipe()
-        _set_nonblocking(self.wake_r)
-        _set_nonblocking(self.wake_w)
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         self.child_exited = False  # a SIGCHLD came: an adopted orphan may wait to be reaped
         signal.signal(signal.SIGCHLD, self._on_child_exit)
@@ -377,7 +179,8 @@ class Agent:
             events = self.selector.select(self.timeout())
             if not events:
                 self.child_signalled = True  # a timer is due: look at every task anyway
-            for fd, data in events:
+            for key, _ in events:
+                fd, data = key.fd, key.data
                 if data == "ctl":
                     self.on_control()
                 elif data == "wake":
@@ -387,8 +190,6 @@ class Agent:
                 else:
                     task, kind = data
                     self.on_task_output(task, kind, fd)
-            if self.resting:
-                self.wake_rested()
             if self.child_signalled:  # a task can only have exited after a SIGCHLD
                 self.child_signalled = False
                 self.reap()
@@ -426,7 +227,6 @@ class Agent:
             deadlines.append(self.strays_kill_at)
         if self.traceback_timeout_s > 0:
             deadlines.append(now + min(1.0, self.traceback_timeout_s))
-        deadlines.extend(at for at, _, _ in self.resting.values())
         return max(0.0, min(deadlines) - now)
 
     def drain_wakeups(self):
@@ -475,7 +275,6 @@ class Agent:
             return
         self.last_sent = time.monotonic()
         if self.out:
-            self.merge_at = -1
             self.out += frame
             self.out += payload
         else:
@@ -495,28 +294,6 @@ class Agent:
                 return
         self.flush()
 
-    def send_output(self, kind, task_id, data):
-        """Task output. While the launcher is behind (output already waits in `out`), it joins
-        the task's frame still waiting there: the launcher then pays its per-frame costs
-        (a log write, a console write, a thread wake-up) per 256 KB, not per pipe read."""
-        key = (kind, task_id)
-        if (
-            self.gone is None
-            and self.merge_at >= 0
-            and self.merge_key == key
-            and self.merge_size + len(data) <= MERGE_BYTES
-        ):
-            self.merge_size += len(data)
-            proto.HEADER.pack_into(self.out, self.merge_at, kind, task_id, self.merge_size)
-            self.out += data
-            self.last_sent = time.monotonic()
-            self.flush()
-            return
-        self.send(proto.HEADER.pack(kind, task_id, len(data)), data)
-        start = len(self.out) - proto.HEADER.size - len(data)
-        if start >= 0:  # the frame waits in `out`, none of it sent yet: it can grow
-            self.merge_at, self.merge_key, self.merge_size = start, key, len(data)
-
     def reply(self, obj):
         self.send(proto.encode_json(proto.REPLY, obj))
 
@@ -528,8 +305,6 @@ class Agent:
                     asked = min(len(view), READ_CHUNK * 4)
                     written = os.write(self.out_fd, view[:asked])
             except (BlockingIOError, InterruptedError):
-                if not final and self.grow_out():
-                    continue
                 if not final or time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
@@ -538,14 +313,10 @@ class Agent:
                 self.lose("the launcher's connection closed")
                 break
             del self.out[:written]
-            self.merge_at -= written  # below 0: its header is on its way, it cannot grow
             if written < asked and not final:
-                if self.grow_out():
-                    continue
                 break  # the stream is full: select says when it takes more
         if self.gone is not None:
             del self.out[:]
-            self.merge_at = -1
         want = bool(self.out) and self.gone is None
         if want != self.out_registered:
             if want:
@@ -555,15 +326,6 @@ class Agent:
             self.out_registered = want
         self.apply_backpressure()
 
-    def grow_out(self):
-        """Grow the stream's pipe the first time it fills: sshd drains it 32 KB a read, and
-        at 64 KB (Linux's default) each frame took several wake-ups and writes. True if there
-        is room now."""
-        if self.out_grown:
-            return False
-        self.out_grown = True
-        return _grow_pipe(self.out_fd, OUT_PIPE_BYTES)
-
     def apply_backpressure(self):
         pause = len(self.out) > HIGH_WATER or (self.paused and len(self.out) > LOW_WATER)
         if pause == self.paused:
@@ -571,38 +333,9 @@ class Agent:
         self.paused = pause
         for task in self.every_task():
             for fd, kind in task.files.items():
-                if fd in self.resting:
-                    continue  # wake_rested registers it if reading resumed meanwhile
                 if pause:
                     self.selector.unregister(fd)
                 else:
-                    self.selector.register(fd, READ, (task, kind))
-
-    def rest(self, task, kind, fd, now):
-        """Stop watching a streaming task's pipe for LINGER_S: its writer fills the (grown)
-        pipe meanwhile, and one wake-up and one read take it all. The agent's Python costs per
-        read, not per byte, and without a rest a fast agent reads each 4-8 KB write."""
-        last = task.read_at.get(fd)
-        task.read_at[fd] = now
-        if last is None or now - last > STREAM_S:
-            return
-        if fd not in task.grown:
-            grown = sum(len(t.grown) for t in self.every_task())
-            if (grown + 1) * PIPE_BYTES > PIPE_BUDGET:
-                return  # a 64 KB pipe would fill while resting: the writer would wait
-            if not _grow_pipe(fd, PIPE_BYTES):
-                return  # over pipe-max-size or the user's quota: read as before
-            task.grown.add(fd)
-        if not self.paused:
-            self.selector.unregister(fd)
-        self.resting[fd] = (now + LINGER_S, task, kind)
-
-    def wake_rested(self):
-        now = time.monotonic()
-        for fd, (at, task, kind) in list(self.resting.items()):
-            if at <= now:
-                del self.resting[fd]
-                if not self.paused:
                     self.selector.register(fd, READ, (task, kind))
 
     def lose(self, reason):
@@ -634,7 +367,7 @@ class Agent:
         self.heartbeat_s = float(request.get("heartbeat_s", self.heartbeat_s))
         self.lease_s = float(request.get("lease_s", self.lease_s))
         self.grace_s = float(request.get("grace_s", self.grace_s))
-        self.reply(dict(host_facts(int(request.get("ports", 0))), ok=True))
+        self.reply(dict(facts.host_facts(int(request.get("ports", 0))), ok=True))
         ahead = request.get(proto.HELLO_PROBE_AHEAD)
         if ahead:
             self.probe_ahead = probe.Ahead(ahead)
@@ -646,16 +379,16 @@ class Agent:
         tasks = [Task(spec) for spec in request[proto.STAGE_TASKS]]
         problems = []
         for task in tasks:
-            problem = check_runnable(task)
+            problem = checks.check_runnable(task)
             if problem and problem not in problems:
                 problems.append(problem)
         if problems:
             self.reply({proto.ERROR: "; ".join(p[0] for p in problems), proto.HINT: problems[0][1]})
             return
         self.tasks = {task.id: task for task in tasks}
+        spawn.host_setpriv()  # checked once, before the start
+        self.is_subreaper = self.is_subreaper or spawn.become_subreaper()
         self.reply({"ok": True})
-        _check_spawn()  # now, while the launcher writes the job's log dir (~2 ms)
-        self.is_subreaper = self.is_subreaper or become_subreaper()
 
     def op_start(self, request):
         for task in self.tasks.values():
@@ -809,7 +542,7 @@ class Agent:
             except OSError:
                 pass
 
-        spawn.in_thread(work)
+        threading.Thread(target=work, daemon=True).start()
 
     def op_sync_plan(self, request):
         try:
@@ -849,7 +582,7 @@ class Agent:
     # ---- tasks -----------------------------------------------------------------------------
 
     def spawn(self, task):
-        note = gpu_note(task.env)
+        note = checks.gpu_note(task.env)
         if note is not None:
             message = {proto.NOTICE_MESSAGE: "%s: %s" % (task.name, note)}
             self.send(proto.encode_json(proto.NOTICE, message, task.id))
@@ -877,20 +610,11 @@ class Agent:
     def start_task(self, task):
         """Start `task` in a session of its own with its output relayed; the OSError if it
         cannot start."""
-        setpriv = _resolve_spawn()
         env = task_environment(os.environ, task.env)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            task.proc = spawn.start_process(
-                spawn_argv(task.argv, setpriv),
-                cwd=task.cwd,
-                env=env,
-                stdout=out_w,
-                stderr=err_w,
-                session=True,
-                fork_hook=None if setpriv else _parent_death_signal,
-            )
+            task.proc = spawn.start_task(task.argv, task.cwd, env, out_w, err_w)
         except OSError as exc:
             os.close(out_r)
             os.close(err_r)
@@ -902,7 +626,7 @@ class Agent:
         stat = procs.read_stat(task.proc.pid)
         task.start_ticks = stat[5] if stat else 0
         for fd, kind in ((out_r, proto.STDOUT), (err_r, proto.STDERR)):
-            _set_nonblocking(fd)
+            os.set_blocking(fd, False)
             task.files[fd] = kind
             if not self.paused:
                 self.selector.register(fd, READ, (task, kind))
@@ -910,37 +634,19 @@ class Agent:
         return None
 
     def on_task_output(self, task, kind, fd):
-        """Relay what `fd` holds now; how many bytes that was."""
-        # Drain what the pipe holds (up to a few chunks) into one frame: writers flush 4-8 KB
-        # at a time, and a frame per flush costs the launcher a write per flush per log.
-        chunks = []
-        size = 0
-        at_end = False
-        while size < COALESCE_BYTES:
-            try:
-                chunk = os.read(fd, READ_CHUNK)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                at_end = True
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if len(chunk) < READ_CHUNK:
-                break  # the pipe is empty for now: select says when there is more
-        data = b"".join(chunks)
-        if at_end and not data:
+        """Relay what `fd` holds now (one read); how many bytes that was."""
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            data = b""
+        if not data:
             self.close_pipe(task, fd)
             self.maybe_report(task)
             return 0
-        if not data:
-            return 0
         now = time.monotonic()
         task.last_output = now
-        if len(chunks[-1]) < READ_CHUNK:  # drained: more will come as a burst or not at all
-            self.rest(task, kind, fd, now)
         if kind == proto.STDERR and task.traceback.feed(data):
             task.traceback.mark_time = now
             task.traceback.mark_cpu = self.cpu_of(task)
@@ -950,20 +656,16 @@ class Agent:
                 del self.setup_stderr[:-SETUP_STDERR_BYTES]
             if self.setup_deadline is None:
                 return len(data)  # answered: what it left running writes to no one
-        self.relayed += len(data)
-        if self.relayed >= heap.AFTER_BYTES:
-            heap.keep_freed()  # this agent relays a stream (sets the thresholds once)
-        self.send_output(kind, task.id, data)
+        self.send(proto.HEADER.pack(kind, task.id, len(data)), data)
         return len(data)
 
     def close_pipe(self, task, fd):
         del task.files[fd]
-        if self.resting.pop(fd, None) is None and not self.paused:
+        if not self.paused:
             try:
                 self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
-        task.grown.discard(fd)
         os.close(fd)
 
     def reap(self):
@@ -1168,201 +870,9 @@ def task_environment(inherited, planned):
     return env
 
 
-def check_runnable(task):
-    """(problem, hint) if the task cannot start here, before anything starts anywhere."""
-    if not os.path.isdir(task.cwd):
-        return (
-            "working directory %s does not exist" % task.cwd,
-            "pass --workdir DIR that exists on every host, or --sync-dst-dir DIR to copy it there",
-        )
-    program = task.argv[0] if task.argv else ""
-    if "/" in program:
-        path = os.path.join(task.cwd, program)
-        if os.path.isdir(path):
-            return (
-                "%s is a directory, not a program" % program,
-                "name the program to run in it, e.g. -- python %s/train.py" % program.rstrip("/"),
-            )
-        if not os.path.isfile(path):
-            return ("%s: no such file" % program, "check the path; it is resolved in --workdir")
-        if not os.access(path, os.X_OK):
-            return (
-                "%s: not executable" % program,
-                "chmod +x it, or run it through its interpreter",
-            )
-    else:
-        env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
-        found = procs.which(program, env_path, task.cwd)
-        if found is None:
-            return (
-                "command not found: %s (PATH=%s)" % (program, env_path),
-                "install it on this host, or give its absolute path in the command",
-            )
-        path = os.path.join(task.cwd, found)
-    if exec_format_problem(path):
-        return (
-            "%s has no #! line and is not a program this host can run" % program,
-            "add a #! line naming its interpreter, or put the interpreter first: "
-            "-- python3 %s (or -- sh %s)" % (program, program),
-        )
-    if task.script and script_missing(task):
-        return (
-            "%s: no such file in %s" % (task.script, task.cwd),
-            "check the script's path (it is resolved in the task's working directory), "
-            "or copy it there with --sync-dst-dir",
-        )
-    return None
-
-
-NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one entry per GPU the driver sees
-AMD_KFD = "/dev/kfd"  # ROCm reads CUDA_VISIBLE_DEVICES too, and its GPUs are not counted here
-
-
-def gpu_note(env, gpus_dir=NVIDIA_GPUS, kfd=AMD_KFD):
-    """What the person should know when the task's CUDA_VISIBLE_DEVICES (--gpus) names a GPU
-    index this host does not have: CUDA then sees fewer GPUs, or none. None when all are
-    here, or when it cannot tell (UUIDs, an AMD host)."""
-    wanted = env.get("CUDA_VISIBLE_DEVICES") or ""
-    indexes = [int(part) for part in wanted.split(",") if part.strip().isdigit()]
-    if not indexes:
-        return None
-    try:
-        count = len(os.listdir(gpus_dir))
-    except OSError:
-        count = 0
-    missing = [str(index) for index in indexes if index >= count]
-    if not missing or (count == 0 and os.path.exists(kfd)):
-        return None
-    shown = {0: "no GPU", 1: "GPU 0"}.get(count, "GPUs 0-%d" % (count - 1))
-    return "CUDA_VISIBLE_DEVICES=%s, but this host has no GPU %s (the NVIDIA driver shows %s)" % (
-        wanted,
-        ",".join(missing),
-        shown,
-    )
-
-
-def script_missing(task):
-    """Whether the task's script is in neither its working directory nor, where its program
-    looks there too (bash given a bare name), a directory of its PATH."""
-    if os.path.exists(os.path.join(task.cwd, task.script)):
-        return False
-    if not task.script_on_path:
-        return True
-    env_path = task.env.get("PATH", os.environ.get("PATH", os.defpath))
-    return not any(
-        os.path.isfile(os.path.join(task.cwd, folder, task.script))
-        for folder in env_path.split(os.pathsep)
-    )
-
-
-def exec_format_problem(path, binfmt_misc=BINFMT_MISC):
-    """Whether the kernel would refuse to run `path` (ENOEXEC): no `#!` line, no ELF header,
-    and no binfmt_misc handler that might take it. execvp, and so setpriv (see `spawn`),
-    would then hand it to /bin/sh, which must not read a Python file as a shell script."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return False  # unreadable: the exec itself says why
-    if head[:2] == b"#!" or head == b"\x7fELF":
-        return False
-    try:
-        with open(os.path.join(binfmt_misc, "status")) as f:
-            enabled = f.read().strip() == "enabled"
-        handlers = [n for n in os.listdir(binfmt_misc) if n not in ("register", "status")]
-    except OSError:
-        enabled, handlers = False, []
-    return not (enabled and handlers)
-
-
-def free_ports(count):
-    # type: (int) -> List[int]
-    """Ports free right now (bound together, so distinct); shared by the launcher."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def interfaces():
-    # type: () -> Dict[str, str]
-    """IPv4 address of every interface that has one (Linux ioctl; stdlib has no getifaddrs);
-    shared by the launcher."""
-    import fcntl
-    import struct
-
-    result = {}  # type: Dict[str, str]
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return result
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        for name in names:
-            try:
-                packed = fcntl.ioctl(
-                    sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15])
-                )  # SIOCGIFADDR
-            except OSError:
-                continue
-            result[name] = socket.inet_ntoa(packed[20:24])
-    finally:
-        sock.close()
-    return result
-
-
-def _reached_at():
-    """SSH_CONNECTION's four fields for the stream the launcher reached us by: a socket on
-    stdin when Slurm started us (the agent connected back), else what sshd recorded."""
-    try:
-        is_socket = stat.S_ISSOCK(os.fstat(0).st_mode)
-    except OSError:
-        is_socket = False
-    if is_socket and sys.version_info >= (3, 7):  # socket(fileno=) learns the family from 3.7
-        fd = os.dup(0)
-        try:
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            os.close(fd)
-        else:
-            try:
-                if sock.family in (socket.AF_INET, socket.AF_INET6):
-                    return [sock.getpeername()[0], "-", sock.getsockname()[0], "-"]
-            finally:
-                sock.close()
-    return os.environ.get("SSH_CONNECTION", "").split()
-
-
-def host_facts(ports):
-    connection = _reached_at()
-    return {
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "uid": os.getuid(),
-        "user": procs.user_name(),
-        "python": "%d.%d.%d" % sys.version_info[:3],
-        "executable": sys.executable,
-        "ssh_server_address": connection[2] if len(connection) == 4 else None,
-        "ssh_client_address": connection[0] if len(connection) == 4 else None,
-        "interfaces": interfaces(),
-        "free_ports": free_ports(ports),
-        "cwd": os.getcwd(),
-        "time": time.time(),
-    }
-
-
 def main():
-    """Run the agent; once it is done, leave without the interpreter's teardown.
-
-    By then every task is reported and reaped and every frame written; the teardown (garbage
-    collection, freeing each module) took 5-8 ms of each host's CPU on every command, and
-    `dtrain doctor` waits for this machine's agent to exit."""
+    """Run the agent; once it is done, leave at once: a helper thread still bounded in its
+    time (a resolver, py-spy) is not waited for."""
     agent = Agent()
     try:
         agent.run()

@@ -8,18 +8,18 @@ host beyond the listeners it opens, which close on request, after `LISTEN_TTL_S`
 agent. Standard library only, Python >= 3.6.
 """
 
-import _socket as socket  # socket's C half: the socket module imports enum and selectors
 import errno
+import hashlib
+import json
 import os
+import random
+import socket
 import stat
+import threading
 import time
+from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 from . import files, procs, proto, spawn, stacks
-
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 ENV_PREFIXES = ("DMLC_", "PS_")
 ENV_NAMES = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
@@ -33,155 +33,37 @@ MAX_PARALLEL_CONNECTS = 64
 LISTEN_TTL_S = 120.0
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
-# The listing's answer, written as json.dumps writes it (ASCII only, the same escapes and
-# separators): importing json costs that interpreter ~9 ms of CPU (it brings `re`), a third of
-# the whole listing's, on every host doctor asks. Python >= 3.0 syntax, no imports.
-_JSON_WRITER = r"""
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPES.update({"\b": "\\b", "\f": "\\f"})
-def json_text(text):
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif " " <= ch <= "~":
-            out.append(ch)
-        else:
-            n = ord(ch)
-            if n > 0xFFFF:  # a surrogate pair, as json.dumps writes it
-                n -= 0x10000
-                out.append("\\u%04x\\u%04x" % (0xD800 | (n >> 10), 0xDC00 | (n & 0x3FF)))
-            else:
-                out.append("\\u%04x" % n)
-    return '"' + "".join(out) + '"'
-def json_dump(value):
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json_text(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(json_text(k) + ": " + json_dump(v) for k, v in value.items()) + "}"
-    return "[" + ", ".join(json_dump(v) for v in value) + "]"
-"""
-
-# Runs in the interpreter under test, which may be old: no f-strings, nothing beyond os/sys.
-# It reads the metadata directories on sys.path itself, as importlib.metadata's path finder
-# does: importing importlib.metadata (email, zipfile, pathlib) costs ~60 ms of CPU on every
-# host, where the listing takes ~13 ms. Where sys.path holds a zip, another finder lists
-# distributions, or a header lacks Name or Version, importlib.metadata decides (the probe's
-# "listed_by" says which did).
-_LIST_DISTRIBUTIONS = (
-    "import os, sys\n"
-    + _JSON_WRITER
-    + r"""
+# Runs in the interpreter under test, which may be old: no f-strings, standard library only.
+# importlib.metadata lists the distributions from Python 3.8 on; before, pkg_resources.
+_LIST_DISTRIBUTIONS = r"""
+import json, sys
 found = {}
 error = None
-def head(text):
-    # Name and Version from the metadata's header lines: parsing the whole file as email (what
-    # dist.metadata does, and dist.version again) costs ~1.5 ms per distribution.
-    name = version = None
-    for line in text.splitlines():
-        if not line.strip():
-            break
-        if name is None and line.startswith("Name:"):
-            name = line[5:].strip()
-        elif version is None and line.startswith("Version:"):
-            version = line[8:].strip()
-    return name, version
-def read(path):
-    # The header only: it ends at the first blank line; the description after it can be long.
-    try:
-        with open(path, "rb") as f:
-            data = f.read(8192)
-            while b"\n\n" not in data and b"\n\r\n" not in data:
-                more = f.read(65536)
-                if not more:
-                    break
-                data += more
-    except (IOError, OSError):
-        return None
-    return data.decode("utf-8", "replace")
-def metadata_text(path):
-    if not os.path.isdir(path):
-        return read(path) or ""
-    return read(os.path.join(path, "METADATA")) or read(os.path.join(path, "PKG-INFO")) or ""
-def listed_here():
-    # (name, version) per metadata directory, sys.path in order; None where unsure.
-    finders = [f for f in sys.meta_path if hasattr(f, "find_distributions")]
-    if len(finders) != 1 or getattr(finders[0], "__name__", "") != "PathFinder":
-        return None
-    listed = []
-    for entry in sys.path:
-        root = entry or "."
-        if os.path.isfile(root):
-            return None
-        try:
-            children = os.listdir(root)
-        except OSError:
-            continue
-        infos, eggs = [], []
-        is_egg = os.path.basename(root).lower().endswith(".egg")
-        for child in children:
-            low = child.lower()
-            if low.endswith((".dist-info", ".egg-info")):
-                infos.append(os.path.join(root, child))
-            elif is_egg and low == "egg-info":
-                eggs.append(os.path.join(root, child))
-        for path in infos + eggs:
-            name, version = head(metadata_text(path))
-            if name is None or version is None:
-                return None
-            listed.append((name, version))
-    return listed
-def listed_by_importlib():
-    from importlib import metadata
-    listed = []
-    for dist in metadata.distributions():
-        try:
-            text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-        except Exception:  # undecodable, unreadable: its parsed metadata may still answer
-            text = ""
-        name, version = head(text)
-        if name is None or version is None:
-            try:
-                name, version = dist.metadata["Name"], dist.version
-            except Exception:
-                pass
-        listed.append((name, version))
-    return listed
-listed_by = "sys.path"
 try:
-    listed = listed_here() if sys.version_info >= (3, 8) else None
-    if listed is None:
-        listed_by = "importlib.metadata"
-        listed = listed_by_importlib()
-    for name, version in listed:
-        if name and name not in found:
-            found[name] = version
-except ImportError:
-    listed_by = "pkg_resources"
     try:
+        from importlib import metadata
+    except ImportError:
         import pkg_resources
         for dist in pkg_resources.working_set:
             found.setdefault(dist.project_name, dist.version)
-    except Exception as exc:
-        error = "cannot list installed distributions: %s" % exc
-sys.stdout.write(json_dump({
+    else:
+        for dist in metadata.distributions():
+            try:
+                name, version = dist.metadata["Name"], dist.version
+            except Exception:  # metadata it cannot read loses that one, not the listing
+                continue
+            if name and name not in found:
+                found[name] = version
+except Exception as exc:
+    error = "cannot list installed distributions: %s" % exc
+json.dump({
     "executable": sys.executable,
     "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
     "prefix": sys.prefix,
     "distributions": found,
-    "listed_by": listed_by,
     "error": error,
-}))
-sys.stdout.flush()
-os._exit(0)  # the interpreter's teardown would cost this host 4-12 ms more
+}, sys.stdout)
 """
-)
 
 
 # ---- environment --------------------------------------------------------------------------
@@ -244,7 +126,7 @@ def interpreter(program, cwd):
         )
         return result
     try:
-        result.update(proto.loads(out.strip()))
+        result.update(json.loads(out.strip()))
     except ValueError:
         result["error"] = "%s printed something unexpected: %s" % (path, last_line(out))
     return result
@@ -293,8 +175,6 @@ def file_facts(directory, relative, synced=False):
 def _file_digest(path):
     """SHA-256 and size of a regular file, reading no more than its size when opened: a
     script named `/dev/zero` or a FIFO would otherwise be read, or waited on, forever."""
-    import hashlib  # only the doctor hashes files
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
@@ -335,16 +215,6 @@ def gpu_facts():
     return {"present": True, "gpus": gpus}
 
 
-def _as_host(name):
-    """`name` as getaddrinfo takes it without the idna codec, where it is ASCII: given a str,
-    getaddrinfo encodes it by that codec, whose import (with `re`) cost each host ~11 ms of
-    CPU, a quarter of its agent's in a doctor."""
-    try:
-        return name.encode("ascii")
-    except UnicodeEncodeError:
-        return name
-
-
 def hostname_facts():
     """This host's name and what it resolves to here, bounded (a resolver can hang)."""
     name = socket.gethostname()
@@ -352,12 +222,15 @@ def hostname_facts():
 
     def resolve():
         try:
-            infos = socket.getaddrinfo(_as_host(name), None, socket.AF_INET, socket.SOCK_STREAM)
+            infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
             found["addresses"] = sorted(set(info[4][0] for info in infos))
         except OSError as exc:
             found["error"] = str(exc.strerror or exc)
 
-    if not spawn.in_thread(resolve).acquire(True, RESOLVE_TIMEOUT_S):
+    resolving = threading.Thread(target=resolve, daemon=True)
+    resolving.start()
+    resolving.join(RESOLVE_TIMEOUT_S)
+    if resolving.is_alive():
         found = {"error": "resolving it timed out after %gs" % RESOLVE_TIMEOUT_S}
     return dict(found, hostname=name)
 
@@ -491,7 +364,8 @@ class Ahead:
     def __init__(self, request):
         self.request = request
         self.slow = None
-        self.done = spawn.in_thread(self._run)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
 
     def _run(self):
         try:
@@ -503,8 +377,7 @@ class Ahead:
         """The slow facts for `request`, or None if they were started for another one."""
         if any(request.get(key) != self.request.get(key) for key in AHEAD_KEYS):
             return None
-        self.done.acquire()
-        self.done.release()  # a second take waits for nothing
+        self.thread.join()
         return self.slow
 
 
@@ -546,9 +419,8 @@ def _expire(now):
 
 
 def _random_port():
-    """A port in ps-lite's range (`random` would cost the agent ~2 ms to import)."""
-    low, high = PORT_RANGE
-    return low + int.from_bytes(os.urandom(4), "big") % (high - low + 1)
+    """A port in ps-lite's range."""
+    return random.randint(*PORT_RANGE)
 
 
 def listen(address, port=0):

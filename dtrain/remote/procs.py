@@ -6,17 +6,14 @@ Reads /proc, so it needs nothing installed: standard library only, Python >= 3.6
 the agent's task cleanup, `dtrain ps`/`dtrain kill` and `dtrain doctor`'s stale-process check.
 """
 
-import _signal as signal  # type: ignore[import-not-found]  # signal's C half (no enum)
 import os
+import shutil
+import signal
 import time
+from typing import Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 from . import proto
 from .proto import JOB_ID_VAR, ROLE_VAR, TAG_VARS, TASK_VAR
-
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Dict, List, Tuple  # noqa: F401 - used in type comments
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -24,21 +21,18 @@ KILL_WAIT_S = 2.0  # after SIGKILL, how long a process may take to be gone
 
 
 def which(program, path=None, cwd=None):
-    """The file `program` runs as: itself if it holds a `/`, else the first executable of that
-    name on `path` (this process's PATH by default), as execvp searches; None if there is none.
-    Relative entries and paths count from `cwd` when given (a task's, not the agent's).
-    shutil.which would bring bz2, lzma and re into every agent's start (~3 ms)."""
-    if "/" in program:
-        found = [program]
-    else:
+    # type: (str, Optional[str], Optional[str]) -> Optional[str]
+    """The file `program` runs as, as execvp finds it: itself if it holds a `/`, else the
+    first executable of that name on `path` (this process's PATH by default); None if there
+    is none. With `cwd` (a task's, not the agent's), relative paths and entries count from
+    there."""
+    if cwd is not None:
         if path is None:
             path = os.environ.get("PATH", os.defpath)
-        found = [os.path.join(folder, program) for folder in path.split(os.pathsep)]
-    for candidate in found:
-        full = os.path.join(cwd, candidate) if cwd else candidate
-        if os.path.isfile(full) and os.access(full, os.X_OK):
-            return candidate
-    return None
+        path = os.pathsep.join(os.path.join(cwd, folder) for folder in path.split(os.pathsep))
+        if "/" in program:
+            program = os.path.join(cwd, program)
+    return shutil.which(program, path=path)
 
 
 def boot_time():

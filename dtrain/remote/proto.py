@@ -5,12 +5,9 @@ JSON; output frames carry a task's raw bytes. Standard library only, Python >= 3
 is sent to remote hosts with the agent.
 """
 
+import json
 import struct
-
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 HEADER = struct.Struct("!BHI")
 MAX_PAYLOAD = 1 << 24
@@ -183,92 +180,19 @@ def encode(kind: int, payload: bytes = b"", task: int = 0) -> bytes:
 
 
 def encode_json(kind: int, obj: "Any", task: int = 0) -> bytes:
-    return encode(kind, dumps(obj).encode("ascii"), task)
+    return encode(kind, json.dumps(obj, separators=(",", ":")).encode("ascii"), task)
 
 
 def decode_json(payload: bytes) -> "Any":
     """A control frame's JSON; a FrameError if it is not JSON."""
     try:
-        return loads(payload.decode("utf-8"))
+        return json.loads(payload.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError among them
         raise FrameError("a frame that is not JSON: %s" % exc) from None
 
 
 class FrameError(Exception):
     pass
-
-
-# ---- JSON without the json package --------------------------------------------------------
-# The json package's modules import `re` (and with it `enum`), which every agent would load
-# at its start for this alone. Its C encoder and scanner (`_json`) are what
-# json.dumps(obj, separators=(",", ":")) and json.loads run on CPython; here they are called
-# directly, checked once against known bytes, and json itself is the fallback where they are
-# missing or differ.
-
-
-def _not_serializable(obj: "Any") -> "Any":
-    raise TypeError("Object of type %s is not JSON serializable" % type(obj).__name__)
-
-
-class _ScanContext:
-    """The settings `_json.make_scanner` reads: json.loads's defaults."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {
-        "-Infinity": float("-inf"),
-        "Infinity": float("inf"),
-        "NaN": float("nan"),
-    }.__getitem__
-
-
-_SAMPLE = {"op": ['\u00e9\n"', -1, 2.5, 1e100, None, True, False, {}, []]}
-_SAMPLE_TEXT = '{"op":["\\u00e9\\n\\"",-1,2.5,1e+100,null,true,false,{},[]]}'
-
-
-def _lean_codec() -> "Tuple[Callable[[Any], str], Callable[[str], Any]] | None":
-    try:
-        import _json
-
-        encoder = _json.make_encoder(
-            None, _not_serializable, _json.encode_basestring_ascii, None, ":", ",",
-            False, False, True,
-        )  # fmt: skip
-        # typeshed's stub asks for a JSONDecoder: any object with its settings does
-        scanner = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]
-
-        def lean_dumps(obj: "Any") -> str:
-            return "".join(encoder(obj, 0))
-
-        def lean_loads(text: str) -> "Any":
-            try:
-                obj, end = scanner(text, 0)
-            except StopIteration:
-                raise ValueError("no JSON value at the start") from None
-            if end != len(text):
-                raise ValueError("extra data after the JSON value, at %d" % end)
-            return obj
-
-        if lean_dumps(_SAMPLE) != _SAMPLE_TEXT or lean_loads(_SAMPLE_TEXT) != _SAMPLE:
-            return None
-        return lean_dumps, lean_loads
-    except Exception:  # not CPython's _json, or another signature: json itself
-        return None
-
-
-def _json_codec() -> "Tuple[Callable[[Any], str], Callable[[str], Any]]":
-    import json
-
-    def json_dumps(obj: "Any") -> str:
-        return json.dumps(obj, separators=(",", ":"))
-
-    return json_dumps, json.loads
-
-
-dumps, loads = _lean_codec() or _json_codec()
 
 
 class FrameReader:

@@ -10,13 +10,9 @@ Standard library only, Python >= 3.6: sent to remote hosts with the agent.
 """
 
 import os
+from typing import Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 from . import proto
-
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple  # noqa: F401
 
 ENV_MARK = b"env\0"  # what comes after it in the result file is the environment
 FAILED_MARK = b"failed"
@@ -36,7 +32,7 @@ _DUMP = (
 
 def quote(text):
     # type: (str) -> str
-    """`text` as one word for any POSIX shell (shlex would import `re` into every agent)."""
+    """`text` as one word for any POSIX shell."""
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 

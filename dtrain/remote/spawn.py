@@ -1,35 +1,31 @@
-"""Starting processes and threads in the agent without subprocess or threading.
+"""How the agent starts processes: tasks that die with it, and helper programs bounded in time.
 
-Every host starts an agent for every dtrain command. subprocess imports `re`, `locale`,
-`signal` (with `enum`), `threading`, `selectors` and `contextlib`; threading imports
-`functools` and `collections`: together they were most of the CPU an agent took to answer its
-first request. Here processes start by posix_spawn (vfork and exec: no Python runs in the
-child) and threads by `_thread`; subprocess is imported only where a process needs Python code
-run in its child before exec, or on a Python without posix_spawn (3.6, 3.7). Standard library
-only, Python >= 3.6, Linux.
+A task starts in a session of its own with a parent-death signal, so it dies with the agent
+however the agent dies: through util-linux's `setpriv --pdeathsig KILL` where the host's
+setpriv takes that option (2.33 or later; checked once, by running it), else by prctl in the
+child before exec. Every process started here is registered until its owner has waited for
+it: a subreaper agent reaps only the orphans it adopted, never a process someone here waits
+for. Standard library only, Python >= 3.6, Linux.
 """
 
-import _signal as signal  # type: ignore[import-not-found]  # no stub: signal's C half
-import _thread
 import os
-import select
+import signal
+import subprocess
+import sys
+import threading
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple  # noqa: F401
 
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple  # noqa: F401
+from . import procs
 
-POSIX_SPAWN = hasattr(os, "posix_spawn")  # Python >= 3.8
-# What subprocess's restore_signals gives a child: Python ignores these, and an ignored
-# signal stays ignored across exec (a task's `| head` would never end it).
-DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
-_INHERITED_FDS_CLOSED = []  # type: List[bool]
-_CWD_LOCK = _thread.allocate_lock()  # a start that enters its cwd has the process's to itself
-# Every process started here, by pid, until its owner has waited for it: a subreaper agent
-# reaps only the other children it has (orphans it adopted), never one someone here waits for.
-_STARTED = {}  # type: Dict[int, Any]
-_STARTED_LOCK = _thread.allocate_lock()
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+SETPRIV_CHECK_S = 5.0  # a setpriv that does not answer its check in this long is not used
+
+_STARTED = {}  # type: Dict[int, subprocess.Popen[bytes]]
+_STARTED_LOCK = threading.Lock()
+_SETPRIV = []  # type: List[Optional[str]]  # the host's setpriv, once checked
+_PRCTL = []  # type: List[Any]  # libc's prctl, loaded once in the agent: a child only calls it
 
 
 def start_process(
@@ -39,40 +35,107 @@ def start_process(
     stdout: "int | None" = None,
     stderr: "int | None" = None,
     session: bool = False,
-    fork_hook: "Callable[[], None] | None" = None,
-) -> "Any":
-    """Start `argv` with stdin from /dev/null and stdout and stderr to the
-    given fds (None: /dev/null), in a new session if `session`: a `Child` or a
-    subprocess.Popen, both with pid, poll(), wait() and kill(). An OSError if it cannot.
-
-    By posix_spawn unless `fork_hook` must run in the child before exec or this Python has
-    none; then by subprocess, imported then. posix_spawn takes no working directory: the
-    agent enters `cwd` around the call (one such start at a time), and has no close_fds: the
-    fds the agent was started with are made close-on-exec first (Python opens its own that
-    way)."""
+    preexec_fn: "Callable[[], None] | None" = None,
+) -> "subprocess.Popen[bytes]":
+    """Start `argv` in `cwd` with stdin from /dev/null and stdout and stderr to the given fds
+    (or subprocess.PIPE; None: /dev/null), in a new session if `session`. No fd of the agent's
+    but those reaches it, and it starts with the signals Python ignores back at their
+    defaults (a task's `| head` ends it). An OSError if it cannot start."""
     with _STARTED_LOCK:  # registered before anyone can see it exit: see reap_adopted
-        proc = None  # type: Any
-        if fork_hook is None and POSIX_SPAWN:
-            try:
-                proc = _posix_spawn(argv, cwd, env, stdout, stderr, session)
-            except NotImplementedError:  # a C library without POSIX_SPAWN_SETSID (glibc < 2.26)
-                pass
-        if proc is None:
-            import subprocess
-
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL if stdout is None else stdout,
-                stderr=subprocess.DEVNULL if stderr is None else stderr,
-                start_new_session=session,
-                close_fds=True,
-                preexec_fn=fork_hook,
-            )
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL if stdout is None else stdout,
+            stderr=subprocess.DEVNULL if stderr is None else stderr,
+            start_new_session=session,
+            close_fds=True,
+            preexec_fn=preexec_fn,
+        )
         _STARTED[proc.pid] = proc
     return proc
+
+
+def start_task(
+    argv: "List[str]", cwd: str, env: "Mapping[str, str]", stdout: int, stderr: int
+) -> "subprocess.Popen[bytes]":
+    """Start a task's `argv` in a session of its own, dying with the agent."""
+    setpriv = host_setpriv()
+    if setpriv is not None:
+        return start_process(spawn_argv(argv, setpriv), cwd, env, stdout, stderr, session=True)
+    prctl()  # loaded here: the child must not import
+    return start_process(argv, cwd, env, stdout, stderr, True, _parent_death_signal)
+
+
+def spawn_argv(argv: "List[str]", setpriv: "str | None") -> "List[str]":
+    """What the agent executes for a task's `argv`: through `setpriv` when there is one."""
+    if setpriv is None:
+        return list(argv)
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+
+
+def host_setpriv() -> "str | None":
+    """This host's setpriv if it sets the parent-death signal, else None; checked once."""
+    if not _SETPRIV:
+        _SETPRIV.append(find_setpriv())
+    return _SETPRIV[0]
+
+
+def find_setpriv(path: "str | None" = None) -> "str | None":
+    """The first `setpriv` on `path` (this process's PATH by default), as an absolute path, if
+    it takes --pdeathsig (one older than util-linux 2.33 exits 1 on it); else None."""
+    found = procs.which("setpriv", path)
+    if found is None or not os.path.isabs(found):
+        return None  # a relative PATH entry would be resolved in each task's directory
+    try:
+        check = start_process(spawn_argv([found, "--version"], found))
+    except OSError:
+        return None
+    try:
+        return found if check.wait(SETPRIV_CHECK_S) == 0 else None
+    except subprocess.TimeoutExpired:
+        check.kill()
+        check.wait()
+        return None
+
+
+def prctl() -> Any:
+    """libc's prctl, or None where there is none to call (not Linux, no ctypes)."""
+    if not _PRCTL:
+        function = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                function = ctypes.CDLL(None).prctl
+            except Exception:
+                pass
+        _PRCTL.append(function)
+    return _PRCTL[0]
+
+
+def become_subreaper() -> bool:
+    """Make this process the parent of every orphan its tasks leave (Linux >= 3.4), rather
+    than init: a daemon that left its task's group and tag (`setsid env -i cmd &`) stays
+    below the agent, which stops it with the job. False where prctl cannot be called."""
+    function = prctl()
+    if function is None:
+        return False
+    try:
+        return bool(function(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except Exception:
+        return False
+
+
+def _parent_death_signal() -> None:
+    """Runs in the task's child before exec: die if the agent dies, whatever kills it."""
+    function = _PRCTL[0] if _PRCTL else None
+    if function is not None:
+        try:
+            function(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except Exception:
+            pass
 
 
 def reap_adopted(pids: "Iterable[int]") -> None:
@@ -96,176 +159,34 @@ def is_started_here(pid: int) -> bool:
     return proc is not None and proc.returncode is None
 
 
-def _close_inherited_fds() -> None:
-    """Make every fd above 2 close-on-exec, once: those the agent was started with (a
-    --setup command's, a shell's) would otherwise reach every process it starts."""
-    if _INHERITED_FDS_CLOSED:
-        return
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) > 2:
-            try:
-                os.set_inheritable(int(name), False)
-            except OSError:
-                pass  # the listing's own fd, closed by now
-    _INHERITED_FDS_CLOSED.append(True)
-
-
-def _posix_spawn(
-    argv: "List[str]",
-    cwd: "str | None",
-    env: "Mapping[str, str] | None",
-    stdout: "int | None",
-    stderr: "int | None",
-    session: bool,
-) -> "Child":
-    _close_inherited_fds()
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]  # type: List[Any]
-    for target, fd in ((1, stdout), (2, stderr)):
-        if fd is None:
-            actions.append((os.POSIX_SPAWN_OPEN, target, os.devnull, os.O_WRONLY, 0))
-        else:
-            actions.append((os.POSIX_SPAWN_DUP2, fd, target))
-    spawner = os.posix_spawn if "/" in argv[0] else os.posix_spawnp  # this PATH
-    environ = os.environ if env is None else env
-
-    def start() -> "Child":
-        pid = spawner(
-            argv[0], argv, environ, file_actions=actions, setsid=session,
-            setsigdef=DEFAULT_SIGNALS,
-        )  # fmt: skip
-        return Child(pid)
-
-    if cwd is None:
-        return start()
-    with _CWD_LOCK:
-        back = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
-        try:
-            os.chdir(cwd)
-            return start()
-        finally:
-            os.fchdir(back)
-            os.close(back)
-
-
-class Child:
-    """A process posix_spawn started: what the agent uses of a subprocess.Popen."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode = None  # type: int | None
-
-    def _set(self, status: int) -> int:
-        if os.WIFSIGNALED(status):
-            self.returncode = -os.WTERMSIG(status)
-        else:
-            self.returncode = os.WEXITSTATUS(status)
-        return self.returncode
-
-    def poll(self) -> "int | None":
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped already: Popen says 0 then too
-                pid, status = self.pid, 0
-            if pid == self.pid:
-                self._set(status)
-        return self.returncode
-
-    def wait(self) -> int:
-        if self.returncode is not None:
-            return self.returncode
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            status = 0
-        return self._set(status)
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def wait_for(proc: "Any", timeout_s: float) -> "int | None":
-    """`proc`'s exit code once it exits, or None if it still runs after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    pause = 0.0005
-    while True:
-        code = proc.poll()  # type: int | None
-        if code is not None or time.monotonic() >= deadline:
-            return code
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
 def run(
     argv: "List[str]",
     cwd: "str | None" = None,
     env: "Mapping[str, str] | None" = None,
     timeout_s: float = 15.0,
 ) -> "Tuple[int | None, bytes, bytes]":
-    """(exit code, stdout, stderr) of `argv`, run in its own session to its
-    end; (None, what it wrote, b"") if it ran past `timeout_s`: its session is killed then.
-    An OSError if it cannot start."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    """(exit code, stdout, stderr) of `argv`, run in its own session to its end; (None, what
+    it wrote, b"") if it ran past `timeout_s`: its session is killed then. An OSError if it
+    cannot start."""
+    proc = start_process(argv, cwd, env, subprocess.PIPE, subprocess.PIPE, session=True)
     try:
-        proc = start_process(argv, cwd, env, out_w, err_w, session=True)
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # it, and whatever it started
     except OSError:
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    deadline = time.monotonic() + timeout_s
-    chunks = {out_r: [], err_r: []}  # type: Dict[int, List[bytes]]
-    poller = select.poll()
-    for fd in chunks:
-        poller.register(fd, select.POLLIN)
-    reading = len(chunks)
+        pass
     try:
-        while reading:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            for fd, _ in poller.poll(int(left * 1000) + 1):
-                data = os.read(fd, 1 << 16)
-                if data:
-                    chunks[fd].append(data)
-                else:
-                    poller.unregister(fd)
-                    reading -= 1
-    finally:
-        os.close(out_r)
-        os.close(err_r)
-    code = wait_for(proc, max(0.0, deadline - time.monotonic())) if not reading else None
-    if code is None:  # past its time: it, and whatever it started, go
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
-        return None, b"".join(chunks[out_r]), b""
-    return code, b"".join(chunks[out_r]), b"".join(chunks[err_r])
-
-
-def in_thread(function: "Callable[..., object]", *args: object) -> "Any":
-    """Run `function(*args)` in a new thread; a lock released when it returns (acquire it,
-    with a timeout, to join)."""
-    done = _thread.allocate_lock()
-    done.acquire()
-
-    def body() -> None:
-        try:
-            function(*args)
-        finally:
-            done.release()
-
-    _thread.start_new_thread(body, ())
-    return done
+        out, _ = proc.communicate(timeout=1.0)
+    except subprocess.TimeoutExpired:  # something it started left the session, pipe open
+        out = b""
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    proc.wait()
+    return None, out, b""
 
 
 def for_each(
@@ -283,6 +204,9 @@ def for_each(
                 return
             function(item)
 
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, len(todo)))]
+    for worker in workers:
+        worker.start()
     deadline = time.monotonic() + within_s
-    for done in [in_thread(work) for _ in range(min(threads, len(todo)))]:
-        done.acquire(True, max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))

@@ -7,15 +7,12 @@ agent's PATH: dtrain installs nothing on hosts. py-spy pauses a process for mill
 nothing else here touches the tasks. Standard library only, Python >= 3.6.
 """
 
+import json
 import os
 import time
+from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 from . import procs, proto, spawn
-
-# For the type checker only: importing typing would cost every agent's start ~3 ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 TOOL = "py-spy"
 MAX_PARALLEL = 16  # py-spy processes at once: each is short, but a host may run 64 tasks
@@ -145,7 +142,6 @@ def _frames(raw):
 
 def parse_dump(text):
     """py-spy's --json output as a list of threads, innermost frame first."""
-    import json
 
     threads = []
     for thread in json.loads(text):

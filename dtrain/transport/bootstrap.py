@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import json
 import logging
 import shlex
@@ -22,7 +21,9 @@ from dtrain import remote
 
 logger = logging.getLogger(__name__)
 
-REMOTE_MODULES = ("proto", "procs", "spawn", "files", "stacks", "probe", "heap", "setup", "agent")
+REMOTE_MODULES = (
+    "proto", "procs", "spawn", "files", "stacks", "probe", "setup", "facts", "checks", "agent"
+)  # fmt: skip
 
 TOO_OLD_EXIT = 65  # the agent's python cannot run it: the remote command tries the next one
 AUTO_PYTHON = "auto"
@@ -33,15 +34,9 @@ AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 
 # The boot code runs under whatever python3 the host has (it checks the version before anything
 # else, so it stays Python 3.0-compatible syntax: no f-strings). It reads the agent's compressed
-# sources from stdin, then looks for their compiled code in the user's cache, keyed by the
-# sources' hash and the interpreter's bytecode version: a hit skips decompressing, parsing and
-# compiling the agent (~10-15 ms of CPU per host and launch). The cache is used only when the
-# folder and file belong to this user and nobody else may write them; any failure there falls
-# back to compiling, and a file's own digest guards against a torn or altered write (SHA-256
-# from the interpreter's built-in module where it has one: hashlib would load OpenSSL, ~3 ms).
-# Compiled agents of other dtrain versions are removed once a week old (a shared home may serve
-# several).
-_BOOT = """import os,sys,types,marshal,time
+# sources from stdin, compiles them as the modules of one package and runs the agent: nothing
+# is written on the host.
+_BOOT = """import json,os,sys,types,zlib
 v=sys.version.split()[0]
 if sys.version_info<(3,6):
  sys.stderr.write("dtrain: the agent needs Python >= 3.6, "+sys.executable+" is "+v+"\\n")
@@ -52,59 +47,10 @@ while len(b)<n:
  c=os.read(0,n-len(b))
  if not c:sys.exit(70)
  b+=c
-def cache():
- e=os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),".cache")
- d=os.path.join(e,"dtrain")
- if not os.path.isdir(d):os.makedirs(d,0o700,True)
- s=os.lstat(d)
- if s.st_uid!=os.getuid() or s.st_mode&0o22 or os.path.islink(d):return None
- t=str(sys.implementation.cache_tag)+"-"+str(marshal.version)
- return os.path.join(d,"agent-{key}-"+t+".bin")
-def sha(r):
- try:from _sha256 import sha256
- except ImportError:
-  try:from _sha2 import sha256
-  except ImportError:from hashlib import sha256
- return sha256(r).digest()
-def load(f):
- k=os.open(f,os.O_RDONLY|os.O_NOFOLLOW)
- try:
-  s=os.fstat(k)
-  if s.st_uid!=os.getuid() or s.st_mode&0o22:return None
-  r=b""
-  while True:
-   c=os.read(k,1<<20)
-   if not c:break
-   r+=c
- finally:os.close(k)
- if sha(r[32:])!=r[:32]:return None
- return marshal.loads(r[32:])
-def save(f,x):
- r=marshal.dumps(x);t=f+"."+str(os.getpid())
- k=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)
- try:os.write(k,sha(r)+r)
- finally:os.close(k)
- os.rename(t,f)
- d=os.path.dirname(f)
- for o in os.listdir(d):
-  o=os.path.join(d,o)
-  a=os.path.basename(o).startswith("agent-") and o.endswith(".bin")
-  if a and o!=f and os.lstat(o).st_mtime<time.time()-604800:os.unlink(o)
-f=x=None
-try:
- f=cache()
- if f and os.path.exists(f):x=load(f)
-except Exception:x=None
-if x is None:
- import json,zlib
- x=json.loads(zlib.decompress(b).decode())
- x=[(k,compile(s,"dtrain/remote/"+k+".py","exec")) for k,s in x]
- try:
-  if f:save(f,x)
- except Exception:pass
 p=types.ModuleType("_dtrain_remote");p.__path__=[];sys.modules[p.__name__]=p
-for k,s in x:
- m=types.ModuleType(p.__name__+"."+k);m.__package__=p.__name__;sys.modules[m.__name__]=m;setattr(p,k,m);exec(s,m.__dict__)
+for k,s in json.loads(zlib.decompress(b).decode()):
+ m=types.ModuleType(p.__name__+"."+k);m.__package__=p.__name__;sys.modules[m.__name__]=m;setattr(p,k,m)
+ exec(compile(s,"dtrain/remote/"+k+".py","exec"),m.__dict__)
 sys.modules[p.__name__+".agent"].main()
 """
 
@@ -127,17 +73,13 @@ def agent_payload() -> bytes:
 def _build_payload() -> bytes:
     folder = Path(remote.__file__).parent
     sources = [[name, (folder / f"{name}.py").read_text()] for name in REMOTE_MODULES]
-    # Level 1: ~1 ms for 32 KB, where level 9 took ~9 ms for 27 KB. Every launch waits for it;
-    # the 5 KB more per host cost the link nothing.
-    return zlib.compress(json.dumps(sources).encode(), 1)
+    return zlib.compress(json.dumps(sources).encode())
 
 
 @functools.cache
 def boot_code() -> str:
     """The agent's first program: reads `agent_payload()` from stdin and runs the agent."""
-    payload = agent_payload()
-    key = hashlib.sha256(payload).hexdigest()[:24]
-    return _BOOT.format(size=len(payload), too_old=TOO_OLD_EXIT, key=key)
+    return _BOOT.format(size=len(agent_payload()), too_old=TOO_OLD_EXIT)
 
 
 @functools.cache
@@ -154,8 +96,7 @@ def remote_command(python: str = AUTO_PYTHON) -> str:
     """
     packed = _packed_boot_code()
     candidates = AGENT_PYTHONS if python == AUTO_PYTHON else (python,)
-    # binascii, not base64: base64 imports `re` (and with it `enum`), ~10 ms of every agent
-    boot = "import sys,binascii,zlib;exec(zlib.decompress(binascii.a2b_base64(sys.argv[1])))"
+    boot = "import sys,base64,zlib;exec(zlib.decompress(base64.b64decode(sys.argv[1])))"
     script = (
         f"for p in {' '.join(shlex.quote(c) for c in candidates)}; do "
         f'if command -v "$p" >/dev/null 2>&1; then "$p" -S -c "{boot}" {packed}; '
@@ -165,8 +106,3 @@ def remote_command(python: str = AUTO_PYTHON) -> str:
     )
     return f"sh -c {shlex.quote(script)}"
 
-
-# ---- local --------------------------------------------------------------------------------
-
-
-# ---- facts about this machine ---------------------------------------------------------------

@@ -59,7 +59,7 @@ def local_hostname() -> str:
 def local_interfaces() -> dict[str, str]:
     """Each interface's IPv4 address here, read as every host's agent reads its own (psutil,
     used before, cost a launch 12-30 ms of its critical path to import)."""
-    from dtrain.remote.agent import interfaces
+    from dtrain.remote.facts import interfaces
 
     return interfaces()
 
@@ -78,6 +78,6 @@ def raise_open_file_limit() -> None:
 
 def local_free_ports(count: int) -> list[int]:
     """Free ports here, found the way every host's agent finds its own."""
-    from dtrain.remote.agent import free_ports  # only dry runs and doctor need the agent here
+    from dtrain.remote.facts import free_ports
 
     return free_ports(count)

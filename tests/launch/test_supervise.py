@@ -38,7 +38,7 @@ from dtrain.launch.supervise import (
 from dtrain.plan import planner
 from dtrain.plan.hosts import local_host, parse_hosts
 from dtrain.plan.spec import Framework, JobPlan, TaskSpec
-from dtrain.remote import heap, proto
+from dtrain.remote import proto
 
 GRACE_S = 5.0
 LINGER_S = 5.0
@@ -831,28 +831,3 @@ def test_an_ordinary_failure_stops_the_job_at_once_without_stacks(tmp_path: Path
     job.deliver(job.exited("worker.0", code=1))
     assert stacks.started_at == []
     assert job.calls()["h2"] == [(STOP, 30.0)]
-
-
-def test_the_launcher_keeps_its_heap_once_it_has_relayed_a_stream(
-    job: Job, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Lines now and then leave malloc alone (loading ctypes costs a few ms); from the first
-    MB of output on, the relay's buffers are kept (dtrain.remote.heap), whoever sent it."""
-    calls: list[int] = []
-
-    def keep_freed() -> bool:
-        calls.append(1)
-        return True
-
-    monkeypatch.setattr(heap, "keep_freed", keep_freed)
-    ids = job.task_ids
-    handler = job.sessions["h1"].output
-    assert handler is not None
-    job.start_all()
-    handler(ids["worker.0"], proto.STDOUT, b"x" * (heap.AFTER_BYTES // 2))
-    job.deliver(job.output("server.0", b"y" * (heap.AFTER_BYTES // 2 - 1)))
-    assert calls == []
-    handler(ids["worker.0"], proto.STDERR, b"\n")
-    assert calls == [1]
-    job.deliver(job.output("server.0", b"step\n"))
-    assert calls == [1, 1]  # each asks again; heap.keep_freed sets the thresholds once

@@ -43,8 +43,9 @@ def test_which_finds_what_shutil_which_finds(
 
 def test_which_takes_relative_entries_and_paths_from_the_given_cwd(tmp_path: Path) -> None:
     make(tmp_path / "bin", "executable")
-    assert procs.which("prog", "bin", str(tmp_path)) == "bin/prog"
+    found = str(tmp_path / "bin" / "prog")
+    assert procs.which("prog", "bin", str(tmp_path)) == found
     assert procs.which("prog", "elsewhere", str(tmp_path)) is None
-    assert procs.which("bin/prog", "", str(tmp_path)) == "bin/prog"  # a `/`: PATH is not asked
-    assert procs.which(str(tmp_path / "bin" / "prog")) == str(tmp_path / "bin" / "prog")
-    assert procs.which("prog", "", str(tmp_path / "bin")) == "prog"  # empty entry: the cwd
+    assert procs.which("bin/prog", "", str(tmp_path)) == found  # a `/`: PATH is not asked
+    assert procs.which(found) == found
+    assert procs.which("prog", "", str(tmp_path / "bin")) == found  # empty entry: the cwd

@@ -1,4 +1,4 @@
-"""The frame protocol's JSON: json's C encoder and scanner called without the json package."""
+"""The frame protocol's JSON control frames."""
 
 from __future__ import annotations
 
@@ -40,25 +40,13 @@ def same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def test_this_python_runs_the_c_codec_not_the_json_package() -> None:
-    assert proto.dumps.__name__ == "lean_dumps"
-    assert proto.loads.__name__ == "lean_loads"
-
-
 @settings(max_examples=400)
 @given(JSON_VALUES)
-def test_frames_carry_the_bytes_json_writes_and_read_back_what_json_reads(value: Any) -> None:
+def test_a_control_frame_carries_compact_json_and_reads_back_what_json_reads(value: Any) -> None:
     text = json.dumps(value, separators=(",", ":"))
-    assert proto.dumps(value) == text
-    assert same(proto.loads(text), json.loads(text))
-    assert same(proto.decode_json(proto.encode_json(proto.REPLY, value)[7:]), value)
-
-
-@given(JSON_VALUES)
-def test_the_json_package_fallback_agrees(value: Any) -> None:
-    dumps, loads = proto._json_codec()
-    assert dumps(value) == proto.dumps(value)
-    assert same(loads(dumps(value)), proto.loads(proto.dumps(value)))
+    frame = proto.encode_json(proto.REPLY, value)
+    assert frame[proto.HEADER.size :] == text.encode("ascii")
+    assert same(proto.decode_json(frame[proto.HEADER.size :]), json.loads(text))
 
 
 @pytest.mark.parametrize(
@@ -73,6 +61,6 @@ def test_a_payload_that_is_not_json_is_a_frame_error(payload: bytes) -> None:
 
 def test_what_json_cannot_write_is_refused_as_json_refuses_it() -> None:
     with pytest.raises(TypeError, match="Object of type bytes is not JSON serializable"):
-        proto.dumps({"a": b"x"})
+        proto.encode_json(proto.REPLY, {"a": b"x"})
     with pytest.raises(TypeError):
         json.dumps({"a": b"x"})

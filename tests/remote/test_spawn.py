@@ -1,4 +1,4 @@
-"""The agent's process and thread starts (no subprocess, no threading), on real processes."""
+"""How the agent starts processes, on real processes."""
 
 from __future__ import annotations
 
@@ -61,27 +61,26 @@ def test_a_bare_name_is_looked_up_on_path() -> None:
     assert spawn.run(["true"]) == (0, b"", b"")
 
 
-def test_a_child_reports_exit_codes_and_signals_as_popen_does() -> None:
-    assert spawn.start_process([PYTHON, "-c", "exit(7)"]).wait() == 7
+def test_a_process_in_a_session_of_its_own_leads_its_group_until_waited_for() -> None:
     child = spawn.start_process(["sleep", "60"], session=True)
-    assert child.poll() is None
-    assert os.getpgid(child.pid) == child.pid  # its own session, so its own group
+    assert os.getpgid(child.pid) == child.pid
+    assert spawn.is_started_here(child.pid)  # a subreaper agent leaves it to its owner
     child.kill()
     assert child.wait() == -signal.SIGKILL
-    assert spawn.wait_for(child, 0.1) == -signal.SIGKILL
+    assert not spawn.is_started_here(child.pid)
 
 
-def test_a_thread_started_here_can_be_joined_with_a_timeout() -> None:
-    results: list[int] = []
-
-    def slow() -> None:
-        time.sleep(0.2)
-        results.append(1)
-
-    done = spawn.in_thread(slow)
-    assert not done.acquire(True, 0.01)
-    assert done.acquire(True, 5)
-    assert results == [1]
+def test_a_start_in_another_directory_never_moves_the_agents_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's other threads (doctor's probe, py-spy runs) go on while it starts a
+    process: the start never changes the process-wide working directory, even for a moment."""
+    moves: list[object] = []
+    monkeypatch.setattr(os, "chdir", moves.append)
+    monkeypatch.setattr(os, "fchdir", moves.append)
+    code, out, _ = spawn.run([PYTHON, "-c", "import os; print(os.getcwd())"], cwd=str(tmp_path))
+    assert (code, out.decode().strip()) == (0, str(tmp_path))
+    assert moves == []
 
 
 def test_for_each_runs_every_item_once_on_at_most_the_threads_asked_and_is_bounded() -> None:
