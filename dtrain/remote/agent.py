@@ -162,7 +162,6 @@ class Agent:
         self.setup_stderr = bytearray()  # the end of what it wrote to stderr
         self.setup_checked = 0.0  # when `check_setup_gone` last looked
         self.background_replies = []  # type: List[Dict[str, Any]]
-        self.probe_ahead = None  # doctor's probe, started with the hello (probe.Ahead)
         self.selector.register(in_fd, READ, "ctl")
         self.selector.register(self.wake_r, READ, "wake")
 
@@ -368,9 +367,6 @@ class Agent:
         self.lease_s = float(request.get("lease_s", self.lease_s))
         self.grace_s = float(request.get("grace_s", self.grace_s))
         self.reply(dict(facts.host_facts(int(request.get("ports", 0))), ok=True))
-        ahead = request.get(proto.HELLO_PROBE_AHEAD)
-        if ahead:
-            self.probe_ahead = probe.Ahead(ahead)
 
     def op_stage(self, request):
         self.job_id = request["job_id"]
@@ -509,8 +505,7 @@ class Agent:
 
     def op_probe(self, request):
         """Facts `dtrain doctor` compares across hosts (see probe.py)."""
-        ahead, self.probe_ahead = self.probe_ahead, None
-        self.reply(dict(probe.facts(request, ahead), ok=True))
+        self.reply(dict(probe.facts(request), ok=True))
         self.last_heard = time.monotonic()  # helper programs ran inside this request: not a silence
 
     def op_listen(self, request):

@@ -136,7 +136,7 @@ def run(argv, cwd=None, timeout_s=RUN_TIMEOUT_S):
     """(exit code or None on timeout/failure to start, stdout, stderr), never longer than asked.
 
     The program runs in the agent's environment without its job tags: a helper is never one
-    of a job's processes, even to a scan that runs while it does (`Ahead`)."""
+    of a job's processes, even to a scan that runs while it does."""
     if cwd is not None and not os.path.isdir(cwd):
         cwd = None
     env = {key: value for key, value in os.environ.items() if key not in proto.TAG_VARS}
@@ -351,43 +351,10 @@ def slow_facts(request):
     return slow
 
 
-# What a probe request must share with the one started ahead to take its slow facts.
-AHEAD_KEYS = ("interpreter", "workdir", "environment")
-
-
-class Ahead:
-    """A probe's slow facts, started in a thread when the hello asks for them: they come while
-    doctor's network probe takes its rounds (listen, connect, unlisten, scan), which this
-    agent answers meanwhile. The probe request takes them (waiting if need be: each helper
-    program is bounded, as when the request runs them itself)."""
-
-    def __init__(self, request):
-        self.request = request
-        self.slow = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        try:
-            self.slow = slow_facts(self.request)
-        except Exception:  # the probe request runs them again, and says what failed
-            self.slow = None
-
-    def take(self, request):
-        """The slow facts for `request`, or None if they were started for another one."""
-        if any(request.get(key) != self.request.get(key) for key in AHEAD_KEYS):
-            return None
-        self.thread.join()
-        return self.slow
-
-
-def facts(request, ahead=None):
-    """Everything doctor compares across hosts, for one `probe` request (its slow part from
-    `ahead` when that was started for the same request)."""
+def facts(request):
+    """Everything doctor compares across hosts, for one `probe` request."""
     result = {"time": time.time()}  # type: Dict[str, Any]
-    slow = ahead.take(request) if ahead is not None else None
-    if slow is None:
-        slow = slow_facts(request)
+    slow = slow_facts(request)
     result.update(slow)
     python = slow.get("interpreter") or {}  # type: Dict[str, Any]
     if request.get("workdir"):

@@ -57,8 +57,6 @@ HINT = "hint"
 HELLO_SSH_SERVER_ADDRESS = "ssh_server_address"
 HELLO_INTERFACES = "interfaces"
 HELLO_FREE_PORTS = "free_ports"
-# a hello request field: a probe request's fields, whose slow part starts now (doctor)
-HELLO_PROBE_AHEAD = "probe_ahead"
 
 # one task of the stage request (its "tasks" list); "id" is the task field of its frames
 STAGE_TASKS = "tasks"

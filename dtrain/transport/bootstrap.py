@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import logging
 import shlex
 import threading
 import zlib
@@ -19,7 +18,6 @@ from pathlib import Path
 
 from dtrain import remote
 
-logger = logging.getLogger(__name__)
 
 REMOTE_MODULES = (
     "proto", "procs", "spawn", "files", "stacks", "probe", "setup", "facts", "checks", "agent"
@@ -105,4 +103,3 @@ def remote_command(python: str = AUTO_PYTHON) -> str:
         f'(tried {" ".join(candidates)})" >&2; exit 127'
     )
     return f"sh -c {shlex.quote(script)}"
-
