@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 
 import click
 
-from dtrain import __version__, codecache, render
+from dtrain import __version__, render
 from dtrain.errors import DtrainError, ExitCode, Problem, UsageError, one_line
 from dtrain.inputfiles import InputFile, check_input, read_text_input
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
@@ -1225,37 +1225,21 @@ def hoist_debug(args: Sequence[str]) -> list[str]:
 
 
 def run(interrupted: bool = False) -> NoReturn:
-    """The `dtrain` program: `main`, then out at once, without tearing the interpreter down
-    (once the record methods this run compiled are kept for the next: `codecache`).
+    """The `dtrain` program: `main`, then the interpreter's ordinary exit.
 
-    That teardown (garbage collection over every module's objects, then freeing them:
-    paramiko, cryptography, click) took 40-65 ms after each command had done its work, before
-    the shell got its prompt back. Nothing needs it: task logs and job records are written
-    with os-level calls and closed, and connections are closed, before `main` returns. With
-    --debug, an unexpected exception still leaves the ordinary way, with its traceback."""
+    A reader that went away (`dtrain ps | head -n 1`) leaves output that cannot be flushed:
+    the interpreter's own flush at exit would print "Exception ignored" and exit 120, so what
+    is left goes to /dev/null instead and the exit code stays the command's."""
     try:
         main(interrupted=interrupted)
-        code = 0
-    except SystemExit as exc:
-        code = exit_status(exc.code)
-    codecache.save()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that went away: nothing to add
-            stream.flush()
-    os._exit(code)
-
-
-def exit_status(code: object) -> int:
-    """The status `SystemExit(code)` gives: None is 0, a number itself, anything else is
-    printed to stderr, as Python does, and is 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"{code}\n")
-    return 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    raise SystemExit(0)
 
 
 def json_command(args: Sequence[str]) -> str | None:

@@ -35,7 +35,7 @@ def program(name: str) -> str:
 SESSION_VAR = "DTRAIN_TEST_SESSION"
 SESSION = os.environ.setdefault(SESSION_VAR, f"{os.getpid()}-{time.time_ns()}")
 
-# What the launches here keep between runs (`ssh -G` answers, compiled records: `usercache`)
+# What the launches here keep between runs (`ssh -G` answers: `usercache`)
 # goes to a cache folder of this test run's own, removed when it ends: every cluster's ssh
 # config is new, so its answers would otherwise pile up in the user's ~/.cache/dtrain.
 CACHE_HOME = tempfile.mkdtemp(prefix="dtrain-test-cache-")

@@ -27,7 +27,6 @@ LAYERS = {
     "__init__": 0,
     "usercache": 0,
     "inputfiles": 0,
-    "codecache": 0,
     "transport": 1,
     "agents": 2,
     "processes": 3,
