@@ -35,7 +35,7 @@ from dtrain.plan import planner
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host, local_host, parse_hosts
 from dtrain.plan.spec import Framework, JobPlan, Role, TaskSpec
-from dtrain.transport.machine import local_hostname
+from dtrain.transport.machine import local_hostname, usable_cores
 from dtrain.transport.options import DEFAULT_SETUP_TIMEOUT_S, SlurmOptions, SshOptions
 
 if TYPE_CHECKING:
@@ -802,7 +802,7 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         nproc_per_host=flags.nproc_per_host,
         gpus=tuple(g.strip() for g in flags.gpus.split(",")) if flags.gpus is not None else (),
         ps_gpus=flags.ps_gpus,
-        local_cores=len(os.sched_getaffinity(0)),
+        local_cores=usable_cores(),
     )
     options = LaunchOptions(
         # a dry run writes no logs, so it does not judge --log-dir
