@@ -88,8 +88,18 @@ def run_dtrain(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `dtrain ARGS` to completion, bounded in time, as a person would from a shell."""
+    return run_program(dtrain_argv(*args), cwd, timeout_s, env)
+
+
+def run_program(
+    argv: Sequence[str],
+    cwd: Path,
+    timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` to completion, bounded in time, its output captured, no input."""
     return subprocess.run(
-        dtrain_argv(*args),
+        argv,
         cwd=cwd,
         capture_output=True,
         text=True,

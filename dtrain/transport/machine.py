@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 
 
@@ -98,3 +99,18 @@ def local_free_ports(count: int) -> list[int]:
         for sock in sockets:
             sock.bind(("", 0))
         return [sock.getsockname()[1] for sock in sockets]
+
+
+TASKS_ELSEWHERE_HINT = (
+    "run the tasks on Linux hosts: -H HOSTS, with --scheduler-host HOST for dmlc's scheduler "
+    "(it runs on this machine otherwise); or run dtrain on Linux"
+)
+
+
+def tasks_here_refused() -> str | None:
+    """Why this machine cannot run tasks, or None: dtrain's agent, which runs them (and what
+    ps, kill, stacks and doctor ask of this machine), reads /proc and is its tasks' subreaper:
+    Linux only. Launching from elsewhere is for tasks on Linux hosts."""
+    if sys.platform.startswith("linux"):
+        return None
+    return f"dtrain's agent needs Linux (this machine runs {sys.platform})"
