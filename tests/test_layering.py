@@ -33,6 +33,8 @@ LAYERS = {
     "doctor": 4,
     "launch": 5,
     "render": 6,
+    "flags": 7,  # the command line's shared flags, and where a command runs: cli's own parts
+    "where": 7,
     "cli": 7,
     "__main__": 8,
 }
