@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from dtrain.errors import UsageError
 from dtrain.inputfiles import InputFile, InputFileError, read_input
 from dtrain.plan.spec import JobPlan
@@ -311,6 +309,8 @@ SAME_START_S = 1.0  # a process started this close to a launcher's time after bo
 
 def this_launcher(host: str) -> Launcher:
     """This process, as job.json records its launcher: a pid alone can be reused."""
+    import psutil  # at the point of use: `dtrain --help`, ps and kill need none of it
+
     from dtrain.processes.launcher import Launcher
 
     me = psutil.Process()
@@ -326,6 +326,8 @@ def launcher_is_gone(launcher: Launcher, host: str) -> bool:
     pid changes."""
     if launcher.host != host:
         return False  # another machine's launcher (a shared log directory): cannot tell
+    import psutil
+
     try:
         process = psutil.Process(launcher.pid)
         if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
