@@ -410,8 +410,8 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
     commands = {
         "bare": bare,
         "venv python": (python, "-c", "pass"),
-        "import dtrain.cli": (python, "-c", f"{AS_THE_PROGRAM}import dtrain.cli"),
-        "import dtrain.launch.lifecycle": (python, "-c", f"{AS_THE_PROGRAM}import {LAUNCH_NEEDS}"),
+        "import dtrain.cli": (python, "-c", "import dtrain.cli"),
+        "import dtrain.launch.lifecycle": (python, "-c", f"import {LAUNCH_NEEDS}"),
         "import paramiko": (python, "-c", "import dtrain.transport.sshlib"),  # as dtrain does
         "dtrain --version": (dtrain, "--version"),
         "dtrain launch": (
@@ -449,8 +449,8 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
     results.add(
         {
             "scenario": "imports",
-            "cli": import_times(f"{AS_THE_PROGRAM}import dtrain.cli"),
-            "launch": import_times(f"{AS_THE_PROGRAM}import {LAUNCH_NEEDS}"),
+            "cli": import_times("import dtrain.cli"),
+            "launch": import_times(f"import {LAUNCH_NEEDS}"),
             "complete": True,  # every import listed, not only the costly ones
             "ok": True,
         }
@@ -472,9 +472,6 @@ def phase_local(settings: Settings, results: Results, scratch: Path) -> None:
 # What `dtrain launch` imports before its first connection: the command line, the launcher,
 # and what it prints with; the rest of `import dtrain.cli` is what other commands need.
 LAUNCH_NEEDS = "click, dtrain.launch.lifecycle, dtrain.render"
-# Imports timed as the `dtrain` program makes them: its records' methods from the compiled-code
-# cache (`dtrain/codecache.py`), as after its first run.
-AS_THE_PROGRAM = "from dtrain import codecache; codecache.install(); "
 
 
 def import_times(code: str) -> list[tuple[str, int, float]]:

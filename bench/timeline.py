@@ -141,9 +141,6 @@ def main() -> None:
 
     sys.meta_path.insert(0, OnImport(mark, {"dtrain.transport.sshlib": PARAMIKO}, later))
     started = time.time()
-    from dtrain import codecache  # as the `dtrain` program starts (dtrain/__main__.py)
-
-    codecache.install()
     import dtrain.cli
 
     mark("import dtrain (click, dtrain.cli)", started, time.time())

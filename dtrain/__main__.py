@@ -1,9 +1,7 @@
 """The `dtrain` program: its console script and `python -m dtrain`.
 
-Before the command line's modules load, dataclasses is given the cache of its compiled methods
-(`codecache`): what only the program does, never a program that imports dtrain. A Ctrl-C while
-they load is held until the command line can report it (no traceback; with --json, a
-document)."""
+A Ctrl-C while the command line's modules load is held until the command line can report it
+(no traceback; with --json, a document)."""
 
 from __future__ import annotations
 
@@ -15,9 +13,6 @@ def main() -> NoReturn:
     held: list[int] = []
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not SIG_IGN (`cmd &`)
         signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    from dtrain import codecache
-
-    codecache.install()
     from dtrain.cli import run
 
     run(interrupted=bool(held))

@@ -11,37 +11,50 @@ import functools
 import io
 import json
 import logging
-import math
 import os
 import shlex
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from dtrain import __version__, codecache, render
-from dtrain.errors import DtrainError, ExitCode, Problem, UsageError, one_line
-from dtrain.inputfiles import InputFile, check_input, read_text_input
+from dtrain import __version__, render
+from dtrain.errors import DtrainError, ExitCode, Problem, one_line
+from dtrain.flags import (
+    DAY_S,
+    F,
+    Seconds,
+    allocation_options,
+    hosts_option,
+    job_option,
+    json_option,
+    launcher_option,
+    log_dir_option,
+    make_ssh_options,
+    remote_python_option,
+    setup_options,
+    ssh_options,
+    workdir_option,
+)
+from dtrain.inputfiles import read_setup
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
 from dtrain.plan import planner
-from dtrain.plan import slurm as plan_slurm
-from dtrain.plan.hosts import Host, local_host, parse_hosts
-from dtrain.plan.spec import Framework, JobPlan, Role, TaskSpec
-from dtrain.transport.machine import local_hostname
-from dtrain.transport.options import DEFAULT_SETUP_TIMEOUT_S, SlurmOptions, SshOptions
+from dtrain.plan.hosts import Host, local_host
+from dtrain.plan.spec import Framework, JobPlan, Role
+from dtrain.render.console import TerminalConsole
+from dtrain.transport.machine import local_hostname, usable_cores
+from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.where import allocation_from_flags, where_to_run
 
 if TYPE_CHECKING:
     from dtrain.processes import results
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -54,263 +67,7 @@ class JsonFailure(Exception):
         self.exit_code = exit_code
 
 
-# ---- shared option bundles ----------------------------------------------------------------
-
-DAY_S = 86400.0
-
-
-class Seconds(click.FloatRange):
-    """A duration in seconds: finite (nan and inf are not durations) and within its range."""
-
-    name = "seconds"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        return number
-
-
-def remote_python_option(func: F) -> F:
-    return click.option(
-        "--remote-python",
-        default="auto",
-        show_default=True,
-        help="The python that runs dtrain's small agent on each host (standard library only, "
-        ">= 3.6; auto tries /usr/bin/python3, /usr/local/bin/python3, then python3 on the "
-        "login PATH). Your command still runs with the login environment's own python.",
-    )(func)
-
-
-def hosts_option(func: F) -> F:
-    return click.option(
-        "-H",
-        "--hostfile",
-        "hostfile",
-        type=click.Path(path_type=Path),
-        help="Hosts file: one [user@]host[:port] [slots=N] per line (see hosts.example). "
-        "Without it, everything runs on this machine.",
-    )(func)
-
-
-def ssh_options(func: F) -> F:
-    for decorator in reversed(
-        [
-            click.option(
-                "--ssh-config",
-                type=click.Path(path_type=Path),  # checked by `inputfiles`, as -H is
-                help="Use only this ssh config file, like ssh -F "
-                "(default: ~/.ssh/config, then /etc/ssh/ssh_config).",
-            ),
-            click.option(
-                "--accept-new-host-keys",
-                is_flag=True,
-                help="Record host keys seen for the first time in known_hosts "
-                "(OpenSSH's accept-new). A changed key always fails.",
-            ),
-            click.option(
-                "--connect-timeout",
-                type=Seconds(min=0.1, max=DAY_S),
-                help="Seconds to wait for each host's ssh connection "
-                "(default: ConnectTimeout from ssh config, else 10).",
-            ),
-        ]
-    ):
-        func = decorator(func)
-    return func
-
-
-def setup_options(func: F) -> F:
-    for decorator in reversed(
-        [
-            click.option(
-                "--setup",
-                multiple=True,
-                metavar="SHELL",
-                help="Run this in each host's login shell ($SHELL here) before its tasks' "
-                "environment is taken (e.g. 'source /shared/venv/bin/activate'); repeatable, "
-                "in order. The job's own variables still win.",
-            ),
-            click.option(
-                "--setup-file",
-                type=click.Path(path_type=Path),
-                help="Like --setup, with the commands of this file (after any --setup).",
-            ),
-            click.option(
-                "--setup-timeout",
-                type=Seconds(min=0.1, max=DAY_S),
-                default=DEFAULT_SETUP_TIMEOUT_S,
-                show_default=True,
-                help="Seconds the setup may take on each host; then it is stopped and "
-                "nothing starts.",
-            ),
-        ]
-    ):
-        func = decorator(func)
-    return func
-
-
-def read_setup(setup: Sequence[str], setup_file: Path | None) -> tuple[str, ...]:
-    """--setup commands, then --setup-file's text as one more (its lines run as a script)."""
-    commands = [c for c in setup if c.strip()]
-    if setup_file is not None:
-        hint = "pass --setup-file FILE with the shell commands to run, or use --setup 'SHELL'"
-        text = read_text_input(InputFile(setup_file, "--setup-file", "setup file", hint))
-        if text.strip():
-            commands.append(text.rstrip("\n"))
-    return tuple(commands)
-
-
-LAUNCHERS = ("auto", "local", "ssh", "slurm")
-
-
-def launcher_option(func: F) -> F:
-    return click.option(
-        "--launcher",
-        type=click.Choice(LAUNCHERS),
-        default="auto",
-        show_default=True,
-        help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
-        "(salloc, sbatch) its nodes through Slurm; else this machine only.",
-    )(func)
-
-
-def allocation_options(func: F) -> F:
-    """`--launcher slurm --nodes N` and the srun options the allocation is made with."""
-    options = [
-        click.option("--nodes", type=click.IntRange(1, 100_000), help="slurm: allocate N nodes."),
-        click.option("--partition", help="slurm: the partition (srun --partition)."),
-        click.option("--time", "time_limit", help="slurm: the time limit (srun --time)."),
-        click.option("--account", help="slurm: the account to charge (srun --account)."),
-        click.option("--gpus-per-node", help="slurm: GPUs on each node (srun --gpus-per-node)."),
-        click.option(
-            "--srun-arg",
-            "srun_args",
-            multiple=True,
-            metavar="ARG",
-            help="slurm: pass ARG to the srun that makes the allocation, e.g. "
-            "--srun-arg=--constraint=a100 (repeatable).",
-        ),
-    ]
-    for decorator in reversed(options):
-        func = decorator(func)
-    return func
-
-
-@dataclass(frozen=True)
-class Where:
-    """Which hosts a command acts on, and whether their agents start through Slurm."""
-
-    hosts: tuple[Host, ...]
-    slurm: SlurmOptions | None = None
-    note: str | None = None  # `inside Slurm job 1234: 4 nodes h[1-4]`
-
-
-def srun_note(line: str) -> None:
-    """That srun waits (its own lines, or dtrain's word when it is silent), on stderr as it
-    happens, not only in the error once the agents' wait ends: stdout stays the result."""
-    click.echo(f"dtrain: {line}", err=True)
-
-
-def where_to_run(
-    launcher: str,
-    hostfile: Path | None,
-    env: Mapping[str, str],
-    allocation: SlurmOptions | None = None,
-    can_allocate: bool = False,
-) -> Where:
-    """-H, --launcher and the Slurm allocation this shell may be in, as hosts and an engine.
-
-    Inside an allocation with no -H, its nodes are the hosts; a node list that cannot be
-    expanded is an error, never a fall back to this machine alone. Only launch has --nodes
-    (`can_allocate`): the other commands act on an allocation that exists.
-    """
-    if allocation is not None and launcher != "slurm":
-        raise UsageError(
-            "--nodes and the other Slurm options make an allocation",
-            hint="add --launcher slurm, or drop them",
-        )
-    if launcher == "slurm" and hostfile is not None:
-        raise UsageError(
-            "-H and --launcher slurm: Slurm chooses the nodes",
-            hint="drop -H to run on the allocation's nodes, or pass --launcher ssh",
-        )
-    if launcher == "ssh" and hostfile is None:
-        raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
-    if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
-        return Where(read_hosts(hostfile) if launcher != "local" else ())
-    if allocation is not None:
-        return Where((), allocation)
-    if not plan_slurm.in_allocation(env):
-        if launcher == "slurm":
-            inside = "run dtrain inside the allocation (salloc, sbatch, srun --pty bash)"
-            raise UsageError(
-                "--launcher slurm outside a Slurm allocation",
-                hint=f"pass --nodes N to make one, or {inside}"
-                if can_allocate
-                else f"{inside}, or pass -H hosts",
-            )
-        return Where(())
-    from dtrain.transport import slurm
-
-    found = slurm.current_allocation(env)
-    summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
-    note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
-    return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
-
-
-def allocation_from_flags(
-    nodes: int | None,
-    partition: str | None,
-    time_limit: str | None,
-    account: str | None,
-    gpus_per_node: str | None,
-    srun_args: Sequence[str],
-) -> SlurmOptions | None:
-    """The srun options of `--launcher slurm --nodes N`, or None when none was given."""
-    named = [
-        (f"--partition={partition}", partition),
-        (f"--time={time_limit}", time_limit),
-        (f"--account={account}", account),
-        (f"--gpus-per-node={gpus_per_node}", gpus_per_node),
-    ]
-    args = (*(arg for arg, value in named if value is not None), *srun_args)
-    if nodes is None:
-        if args:
-            raise UsageError(
-                f"{args[0].split('=')[0]} is for the allocation --nodes N makes",
-                hint="add --launcher slurm --nodes N",
-            )
-        return None
-    return SlurmOptions(nodes=nodes, srun_args=args, on_note=srun_note)
-
-
-def _workdir(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
-    if value == "":  # click would read '' as '.', silently this directory
-        raise click.BadParameter("is empty; leave it out to use this directory", ctx, param)
-    return Path(value) if value is not None else None
-
-
-def workdir_option(func: F) -> F:
-    return click.option(
-        "--workdir",
-        type=click.Path(file_okay=False),
-        callback=_workdir,
-        help="Working directory of every task (default: this directory).",
-    )(func)
-
-
-def log_dir_option(help_text: str) -> Callable[[F], F]:
-    """--log-dir as typed: checked by `joblog.check_root`, so that '' is an error, not `.`."""
-    return click.option(
-        "--log-dir", type=click.Path(), default="dtrain-logs", show_default=True, help=help_text
-    )
-
-
-def json_option(func: F) -> F:
-    return click.option(
-        "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout."
-    )(func)
+# ---- output: errors under --json, documents, dtrain's own lines ------------------------------
 
 
 def reports_errors_as_json(command: str) -> Callable[[F], F]:
@@ -332,200 +89,9 @@ def reports_errors_as_json(command: str) -> Callable[[F], F]:
     return decorate
 
 
-def read_hosts(path: Path | None) -> tuple[Host, ...]:
-    """The hosts file's hosts; a FIFO, a device or a huge file is refused, never read forever."""
-    if path is None:
-        return ()
-    hint = (
-        "pass -H FILE, a text file with one host per line (see hosts.example), "
-        "or leave -H out to run everything on this machine"
-    )
-    text = read_text_input(InputFile(path, "-H", "hosts file", hint))
-    return parse_hosts(text, str(path))
-
-
-def make_ssh_options(
-    ssh_config: Path | None,
-    accept_new_host_keys: bool,
-    connect_timeout: float | None,
-    setup: tuple[str, ...] = (),
-    setup_timeout: float = DEFAULT_SETUP_TIMEOUT_S,
-) -> SshOptions:
-    if ssh_config is not None:  # `ssh -G -F FILE` would read a FIFO or /dev/zero forever
-        hint = "pass --ssh-config FILE, an ssh config file (as ssh -F takes)"
-        check_input(InputFile(ssh_config, "--ssh-config", "ssh config", hint))
-    return SshOptions(
-        config_file=str(ssh_config) if ssh_config else None,
-        accept_new_host_keys=accept_new_host_keys,
-        connect_timeout_s=connect_timeout,
-        setup=setup,
-        setup_timeout_s=setup_timeout,
-    )
-
-
 def new_job_id() -> str:
     # os.urandom is what secrets.token_hex reads; the secrets module would bring random along.
     return planner.make_job_id(datetime.now(), os.urandom(2).hex())
-
-
-# ---- console --------------------------------------------------------------------------------
-
-
-class TerminalConsole:
-    """Task output with `[task@host]` prefixes; progress notes on stderr.
-
-    A reader that goes away (`dtrain launch ... | head`) silences that stream, not the job:
-    the logs still get everything. Each host's reader thread writes its tasks' output here;
-    the notes, the last partial line of a task that ended and the partial lines shown when a
-    task goes quiet are written by the console's own thread. One lock keeps lines whole. So a
-    terminal that stops taking output (Ctrl-S, a pager that is not reading) holds back the
-    output, and through ssh flow control the tasks, but never the supervisor: Ctrl-C and its
-    timers still stop the job. `close` writes what is left.
-    """
-
-    def __init__(self, stdout: BinaryIO, stderr: BinaryIO) -> None:
-        self.lock = threading.RLock()  # a failed write notes it, under the lock it holds
-        self.stdout = stdout
-        self.stderr = stderr
-        self.closed: set[int] = set()
-        self.prefixers: dict[tuple[str, bool], render.LinePrefixer] = {}
-        self.waiting: set[tuple[str, bool]] = set()  # streams holding a partial line
-        self.next_due: float | None = None
-        self.posted = threading.Condition(threading.Lock())  # guards the three below
-        self.pending: list[Callable[[], None]] = []
-        self.closing = False
-        self.writer: threading.Thread | None = None
-
-    def _write(self, out: BinaryIO, pieces: Sequence[bytes | memoryview]) -> None:
-        if id(out) in self.closed or not pieces:
-            return
-        try:
-            out.flush()
-            fd = out.fileno()
-        except (OSError, ValueError, AttributeError):
-            fd = -1  # not a real file (tests): write through the object
-        try:
-            if fd < 0:
-                out.write(b"".join(pieces))
-                out.flush()
-                return
-            views = [memoryview(p) for p in pieces]
-            while views:  # writev may write part, e.g. to a full pipe interrupted by a signal
-                written = os.writev(fd, views)
-                while views and written >= len(views[0]):
-                    written -= len(views[0])
-                    views.pop(0)
-                if views and written:
-                    views[0] = views[0][written:]
-        except (BrokenPipeError, ValueError):  # ValueError: the stream was closed under us
-            self.closed.add(id(out))
-        except OSError as exc:  # a full disk under `> out.log`: silence the stream, not the job
-            self.closed.add(id(out))
-            if out is not self.stderr:
-                self.note(
-                    f"cannot write to stdout: {exc.strerror or exc}; task output goes on "
-                    "to the logs and stderr only"
-                )
-
-    def task_output(self, task: TaskSpec, is_stderr: bool, data: bytes) -> None:
-        with self.lock:
-            self._output(task.label, is_stderr, data)
-
-    def setup_output(self, host: str, data: bytes) -> None:
-        """A host's --setup output, all of it on stderr as `[setup@host]` lines."""
-        with self.lock:
-            self._output(f"setup@{host}", True, data)
-
-    def _output(self, label: str, is_stderr: bool, data: bytes) -> None:
-        key = (label, is_stderr)
-        prefixer = self.prefixers.get(key)
-        if prefixer is None:
-            prefixer = self.prefixers[key] = render.LinePrefixer(f"[{label}] ".encode())
-        out = self.stderr if is_stderr else self.stdout
-        self._write(out, prefixer.feed(data, time.monotonic()))
-        due = prefixer.due()
-        if due is not None:
-            self.waiting.add(key)
-            if self.next_due is None or due < self.next_due:
-                self.next_due = due
-                self._post(None)  # the console's thread shows it if the task goes quiet
-
-    def _tick(self) -> None:
-        """Show partial lines whose task went quiet (with the lock held)."""
-        now = time.monotonic()
-        if self.next_due is not None and now >= self.next_due:
-            self.next_due = None
-            for key in list(self.waiting):
-                prefixer = self.prefixers[key]
-                shown = prefixer.idle(now)
-                if shown:
-                    self._write(self.stderr if key[1] else self.stdout, [shown])
-                due = prefixer.due()
-                if due is None:
-                    self.waiting.discard(key)
-                else:
-                    self.next_due = due if self.next_due is None else min(self.next_due, due)
-
-    def task_closed(self, task: TaskSpec) -> None:
-        """Show what is left of the task's last line (on the console's thread)."""
-        self._post(lambda: self._task_closed(task))
-
-    def _task_closed(self, task: TaskSpec) -> None:
-        for is_stderr in (False, True):
-            self.waiting.discard((task.label, is_stderr))
-            prefixer = self.prefixers.pop((task.label, is_stderr), None)
-            if prefixer is not None:
-                rest = prefixer.flush()
-                if rest:
-                    self._write(self.stderr if is_stderr else self.stdout, [rest])
-
-    def note(self, message: str) -> None:
-        """A `dtrain:` line on stderr (on the console's thread, after what came before)."""
-        line = f"dtrain: {message}\n".encode(errors="backslashreplace")  # a non-UTF-8 path
-        self._post(lambda: self._write(self.stderr, [line]))
-
-    def _post(self, work: Callable[[], None] | None) -> None:
-        """Hand `work` (or, with None, a new partial-line deadline) to the console's thread."""
-        with self.posted:
-            if not self.closing:
-                if work is not None:
-                    self.pending.append(work)
-                if self.writer is None:
-                    self.writer = threading.Thread(
-                        target=self._run, name="dtrain-console", daemon=True
-                    )
-                    self.writer.start()
-                self.posted.notify()
-                return
-        if work is not None:  # after close: written here (the console lock after `posted`,
-            with self.lock:  # never inside it, as the reader threads take them the other way)
-                work()
-
-    def _run(self) -> None:
-        while True:
-            with self.posted:
-                while not self.pending and not self.closing:
-                    due = self.next_due  # read without the console lock: a hint, rechecked
-                    if due is not None and due <= time.monotonic():
-                        break
-                    self.posted.wait(None if due is None else due - time.monotonic())
-                work, self.pending = self.pending, []
-                last = self.closing and not work
-            with self.lock:
-                for item in work:
-                    item()
-                self._tick()
-            if last:
-                return
-
-    def close(self) -> None:
-        """Write what waits for the console's thread, and end it."""
-        with self.posted:
-            self.closing = True
-            writer = self.writer
-            self.posted.notify()
-        if writer is not None:
-            writer.join()
 
 
 def emit_json(document: dict[str, Any]) -> None:
@@ -802,7 +368,7 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         nproc_per_host=flags.nproc_per_host,
         gpus=tuple(g.strip() for g in flags.gpus.split(",")) if flags.gpus is not None else (),
         ps_gpus=flags.ps_gpus,
-        local_cores=len(os.sched_getaffinity(0)),
+        local_cores=usable_cores(),
     )
     options = LaunchOptions(
         # a dry run writes no logs, so it does not judge --log-dir
@@ -878,12 +444,6 @@ def announcer(console: TerminalConsole) -> Callable[[JobPlan, Path], None]:
 
 
 # ---- ps and kill -----------------------------------------------------------------------------
-
-
-def job_option(func: F) -> F:
-    return click.option(
-        "--job", metavar="ID", help="Only this dtrain job (its id, as `dtrain launch` printed it)."
-    )(func)
 
 
 def finish_sweep(
@@ -1225,37 +785,21 @@ def hoist_debug(args: Sequence[str]) -> list[str]:
 
 
 def run(interrupted: bool = False) -> NoReturn:
-    """The `dtrain` program: `main`, then out at once, without tearing the interpreter down
-    (once the record methods this run compiled are kept for the next: `codecache`).
+    """The `dtrain` program: `main`, then the interpreter's ordinary exit.
 
-    That teardown (garbage collection over every module's objects, then freeing them:
-    paramiko, cryptography, click) took 40-65 ms after each command had done its work, before
-    the shell got its prompt back. Nothing needs it: task logs and job records are written
-    with os-level calls and closed, and connections are closed, before `main` returns. With
-    --debug, an unexpected exception still leaves the ordinary way, with its traceback."""
+    A reader that went away (`dtrain ps | head -n 1`) leaves output that cannot be flushed:
+    the interpreter's own flush at exit would print "Exception ignored" and exit 120, so what
+    is left goes to /dev/null instead and the exit code stays the command's."""
     try:
         main(interrupted=interrupted)
-        code = 0
-    except SystemExit as exc:
-        code = exit_status(exc.code)
-    codecache.save()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that went away: nothing to add
-            stream.flush()
-    os._exit(code)
-
-
-def exit_status(code: object) -> int:
-    """The status `SystemExit(code)` gives: None is 0, a number itself, anything else is
-    printed to stderr, as Python does, and is 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"{code}\n")
-    return 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    raise SystemExit(0)
 
 
 def json_command(args: Sequence[str]) -> str | None:

@@ -1,19 +1,22 @@
-"""Files a user names on the command line (-H, --setup-file, --ssh-config), read with bounds.
+"""Files a user names on the command line (-H, --setup-file, --ssh-config), read with bounds;
+the hosts file's hosts (parsed by the pure `plan/hosts`) and --setup's commands.
 
 One guard for all of them: a regular file of at most `MAX_INPUT_BYTES`, opened without
 blocking. `/dev/zero` would otherwise be read until the OOM killer came, a FIFO with no writer
 waited on forever, and a file another program reads (`ssh -G -F FILE`) would do the same to
-that program. Imports only the standard library and `errors`.
+that program. Imports only the standard library, `errors` and `plan/hosts`.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import UsageError
+from dtrain.plan.hosts import Host, parse_hosts
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024  # far beyond any real hosts file, setup script or ssh config
 
@@ -100,3 +103,26 @@ def read_text_input(source: InputFile, max_bytes: int = MAX_INPUT_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise source.error(f"is not UTF-8 text ({exc.reason})") from None
+
+
+def read_setup(setup: Sequence[str], setup_file: Path | None) -> tuple[str, ...]:
+    """--setup commands, then --setup-file's text as one more (its lines run as a script)."""
+    commands = [c for c in setup if c.strip()]
+    if setup_file is not None:
+        hint = "pass --setup-file FILE with the shell commands to run, or use --setup 'SHELL'"
+        text = read_text_input(InputFile(setup_file, "--setup-file", "setup file", hint))
+        if text.strip():
+            commands.append(text.rstrip("\n"))
+    return tuple(commands)
+
+
+def read_hosts(path: Path | None) -> tuple[Host, ...]:
+    """The hosts file's hosts; a FIFO, a device or a huge file is refused, never read forever."""
+    if path is None:
+        return ()
+    hint = (
+        "pass -H FILE, a text file with one host per line (see hosts.example), "
+        "or leave -H out to run everything on this machine"
+    )
+    text = read_text_input(InputFile(path, "-H", "hosts file", hint))
+    return parse_hosts(text, str(path))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,13 +31,6 @@ def program(name: str) -> str:
 # environment), so the leftover check never touches another run's processes on this machine.
 SESSION_VAR = "DTRAIN_TEST_SESSION"
 SESSION = os.environ.setdefault(SESSION_VAR, f"{os.getpid()}-{time.time_ns()}")
-
-# What the launches here keep between runs (`ssh -G` answers, compiled records: `usercache`)
-# goes to a cache folder of this test run's own, removed when it ends: every cluster's ssh
-# config is new, so its answers would otherwise pile up in the user's ~/.cache/dtrain.
-CACHE_HOME = tempfile.mkdtemp(prefix="dtrain-test-cache-")
-os.environ["XDG_CACHE_HOME"] = CACHE_HOME
-atexit.register(shutil.rmtree, CACHE_HOME, True)
 
 
 def tagged_pids() -> set[int]:
@@ -88,8 +78,18 @@ def run_dtrain(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `dtrain ARGS` to completion, bounded in time, as a person would from a shell."""
+    return run_program(dtrain_argv(*args), cwd, timeout_s, env)
+
+
+def run_program(
+    argv: Sequence[str],
+    cwd: Path,
+    timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` to completion, bounded in time, its output captured, no input."""
     return subprocess.run(
-        dtrain_argv(*args),
+        argv,
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -25,15 +25,15 @@ LAYERS = {
     "remote": 0,
     "plan": 0,
     "__init__": 0,
-    "usercache": 0,
     "inputfiles": 0,
-    "codecache": 0,
     "transport": 1,
     "agents": 2,
     "processes": 3,
     "doctor": 4,
     "launch": 5,
     "render": 6,
+    "flags": 7,  # the command line's shared flags, and where a command runs: cli's own parts
+    "where": 7,
     "cli": 7,
     "__main__": 8,
 }

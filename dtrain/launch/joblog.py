@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from dtrain.errors import UsageError
 from dtrain.inputfiles import InputFile, InputFileError, read_input
 from dtrain.plan.spec import JobPlan
-from dtrain.remote import procs
 
 if TYPE_CHECKING:  # what the launcher records of itself loads once a job needs it
     from dtrain.processes.launcher import DeadLauncherJob, Launcher
@@ -305,33 +304,42 @@ class TaskLog:
 # ---- the launcher, and jobs whose launcher died -------------------------------------------
 
 
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    stat = procs.read_stat(pid)  # type: ignore[no-untyped-call]
-    return int(stat[5]) if stat is not None else None
+SAME_START_S = 1.0  # a process started this close to a launcher's time after boot is it
 
 
 def this_launcher(host: str) -> Launcher:
     """This process, as job.json records its launcher: a pid alone can be reused."""
+    import psutil  # at the point of use: `dtrain --help`, ps and kill need none of it
+
     from dtrain.processes.launcher import Launcher
 
-    pid = os.getpid()
-    return Launcher(pid=pid, host=host, start_ticks=_start_ticks(pid), boot_id=_boot_id())
+    me = psutil.Process()
+    return Launcher(me.pid, host, create_time=me.create_time(), boot_time=psutil.boot_time())
 
 
 def launcher_is_gone(launcher: Launcher, host: str) -> bool:
-    """True when `launcher` ran on this host and no longer runs; False when alive or unknown."""
+    """True when `launcher` ran on this host and no longer runs (a zombie is gone); False
+    when alive or unknown.
+
+    The same process is the pid started as long after boot as recorded: that span is what a
+    step of the clock (which moves both times) leaves alone, and what a reboot or a reused
+    pid changes."""
     if launcher.host != host:
         return False  # another machine's launcher (a shared log directory): cannot tell
-    if launcher.boot_id is not None and launcher.boot_id != _boot_id():
-        return True  # the machine rebooted since
-    return not procs.alive(launcher.pid, launcher.start_ticks)  # type: ignore[no-untyped-call]
+    import psutil
+
+    try:
+        process = psutil.Process(launcher.pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return True
+        since_boot = process.create_time() - psutil.boot_time()
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # not ours to look at: cannot tell
+        return False
+    if launcher.create_time is None or launcher.boot_time is None:
+        return False  # an older job.json: the pid alone
+    return abs(since_boot - (launcher.create_time - launcher.boot_time)) > SAME_START_S
 
 
 def _read_document(job_file: Path) -> dict[str, Any] | None:

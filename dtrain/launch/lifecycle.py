@@ -20,17 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
-from dtrain.errors import PreflightFailed
+from dtrain.errors import DtrainError, PreflightFailed
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
 from dtrain.transport.machine import (
+    TASKS_ELSEWHERE_HINT,
     local_address,
     local_free_ports,
     local_hostname,
     local_interfaces,
     resolve_address,
+    tasks_here_refused,
 )
 from dtrain.transport.options import SlurmOptions, SshOptions
 
@@ -226,6 +228,7 @@ class Launch:
         allocating = slurm is not None and slurm.nodes is not None
         planner.validate(self.request)  # bad requests fail before any connection
         placed = () if allocating else planner.place(self.request)
+        _check_tasks_here(placed)
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
         hosts = self._agent_group()
         started = False
@@ -449,6 +452,15 @@ def _engine_record(hosts: AgentGroup) -> dict[str, Any] | None:
     if hosts.step is None:
         return None
     return {"name": "slurm", "job_id": hosts.step.job_id, "step_id": hosts.step.step_id}
+
+
+def _check_tasks_here(placed: Sequence[PlacedTask]) -> None:
+    """Tasks placed on this machine when it cannot run them: one line, before any connection."""
+    here = sum(1 for task in placed if task.host.is_local)
+    refused = tasks_here_refused() if here else None
+    if refused is not None:
+        what = f"{here} task{'s' if here != 1 else ''} would run on this machine: {refused}"
+        raise DtrainError(what, hint=TASKS_ELSEWHERE_HINT)
 
 
 def _hosts_of(placed: Sequence[PlacedTask]) -> list[Host]:

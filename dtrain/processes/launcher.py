@@ -6,28 +6,38 @@ launcher: importing those (their dataclasses) would cost each launch's start ~9 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+
+def _seconds(value: object) -> float | None:
+    """A time from job.json: a finite number, or None (older files, or anything else)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class Launcher:
     """The `dtrain launch` process that ran a job, as its job.json names it.
 
-    The pid with its start time (clock ticks since boot) and the boot, because pids are reused.
+    The pid with when it started and when its machine booted (seconds since the epoch, as
+    psutil reads them), because pids are reused: the same pid started as long after the same
+    boot is the same process.
     """
 
     pid: int
     host: str
-    start_ticks: int | None = None
-    boot_id: str | None = None
+    create_time: float | None = None
+    boot_time: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
             "pid": self.pid,
             "host": self.host,
-            "start_ticks": self.start_ticks,
-            "boot_id": self.boot_id,
+            "create_time": self.create_time,
+            "boot_time": self.boot_time,
         }
 
     @classmethod
@@ -38,12 +48,11 @@ class Launcher:
         pid, host = entry.get("pid"), entry.get("host")
         if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(host, str):
             return None
-        ticks, boot = entry.get("start_ticks"), entry.get("boot_id")
         return cls(
             pid=pid,
             host=host,
-            start_ticks=ticks if isinstance(ticks, int) and not isinstance(ticks, bool) else None,
-            boot_id=boot if isinstance(boot, str) else None,
+            create_time=_seconds(entry.get("create_time")),
+            boot_time=_seconds(entry.get("boot_time")),
         )
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from dtrain import remote
 
-
 REMOTE_MODULES = (
     "proto", "procs", "spawn", "files", "stacks", "probe", "setup", "facts", "checks", "agent"
 )  # fmt: skip

@@ -1,9 +1,11 @@
-"""Facts about this machine (addresses, routes, hostname, free ports) and its open-file limit."""
+"""Facts about this machine (addresses, routes, hostname, free ports, cores) and its open-file
+limit."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 
 
@@ -57,11 +59,25 @@ def local_hostname() -> str:
 
 
 def local_interfaces() -> dict[str, str]:
-    """Each interface's IPv4 address here, read as every host's agent reads its own (psutil,
-    used before, cost a launch 12-30 ms of its critical path to import)."""
-    from dtrain.remote.facts import interfaces
+    """Each interface's (first) IPv4 address here."""
+    import psutil
 
-    return interfaces()
+    return {
+        name: next(a.address for a in addresses if a.family == socket.AF_INET)
+        for name, addresses in psutil.net_if_addrs().items()
+        if any(a.family == socket.AF_INET for a in addresses)
+    }
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity (taskset, a cgroup's cpuset)
+    where the system has one, else every core (macOS)."""
+    import psutil
+
+    me = psutil.Process()
+    if hasattr(me, "cpu_affinity"):
+        return len(me.cpu_affinity() or ()) or 1
+    return psutil.cpu_count() or 1
 
 
 def raise_open_file_limit() -> None:
@@ -77,7 +93,24 @@ def raise_open_file_limit() -> None:
 
 
 def local_free_ports(count: int) -> list[int]:
-    """Free ports here, found the way every host's agent finds its own."""
-    from dtrain.remote.facts import free_ports
+    """`count` ports free here right now (bound together, so distinct)."""
+    with contextlib.ExitStack() as bound:
+        sockets = [bound.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
-    return free_ports(count)
+
+TASKS_ELSEWHERE_HINT = (
+    "run the tasks on Linux hosts: -H HOSTS, with --scheduler-host HOST for dmlc's scheduler "
+    "(it runs on this machine otherwise); or run dtrain on Linux"
+)
+
+
+def tasks_here_refused() -> str | None:
+    """Why this machine cannot run tasks, or None: dtrain's agent, which runs them (and what
+    ps, kill, stacks and doctor ask of this machine), reads /proc and is its tasks' subreaper:
+    Linux only. Launching from elsewhere is for tasks on Linux hosts."""
+    if sys.platform.startswith("linux"):
+        return None
+    return f"dtrain's agent needs Linux (this machine runs {sys.platform})"

@@ -13,9 +13,11 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 from dtrain.launch import joblog
 from dtrain.launch.joblog import RESERVE_FILE, launcher_is_gone, this_launcher
 from dtrain.processes.launcher import Launcher
+from dtrain.remote import procs
 from tests.conftest import (
     PYTHON,
     ROOT,
@@ -259,6 +262,7 @@ def test_launcher_killed_shows_in_ps_and_in_job_json_and_the_next_launch(workdir
         job_dir = wait_for_latest(workdir)
         wait_for_line(job_dir / "worker.0.log", "ready worker.0")
         pids = job_pids(job_dir.name)
+        started = psutil.Process(launch.pid).create_time()
     finally:
         launch.kill()
         launch.communicate(timeout=10)
@@ -266,7 +270,8 @@ def test_launcher_killed_shows_in_ps_and_in_job_json_and_the_next_launch(workdir
     document = json.loads((job_dir / "job.json").read_text())
     assert document["state"] == "running"  # nobody has looked yet
     assert document["launcher"]["pid"] == launch.pid
-    assert document["launcher"]["start_ticks"] > 0
+    assert document["launcher"]["create_time"] == started
+    assert document["launcher"]["boot_time"] == psutil.boot_time()
 
     listed = run_dtrain(["ps", "--json"], workdir)
     assert listed.returncode == 0, listed.stderr
@@ -359,10 +364,12 @@ def test_a_full_disk_under_redirected_stdout_silences_stdout_not_the_job(tmp_pat
         ({"pid": True, "host": "h"}, None),
         ({"pid": 1234, "host": "h"}, Launcher(1234, "h")),
         (
-            {"pid": 1234, "host": "h", "start_ticks": 99, "boot_id": "b"},
-            Launcher(1234, "h", 99, "b"),
+            {"pid": 1234, "host": "h", "create_time": 99.5, "boot_time": 7},
+            Launcher(1234, "h", 99.5, 7.0),
         ),
-        ({"pid": 1234, "host": "h", "start_ticks": "99", "boot_id": 7}, Launcher(1234, "h")),
+        ({"pid": 1234, "host": "h", "create_time": "99", "boot_time": True}, Launcher(1234, "h")),
+        ({"pid": 1234, "host": "h", "create_time": float("nan")}, Launcher(1234, "h")),
+        ({"pid": 1234, "host": "h", "start_ticks": 99, "boot_id": "b"}, Launcher(1234, "h")),
     ],
 )
 def test_launcher_from_job_json(entry: object, expected: Launcher | None) -> None:
@@ -376,7 +383,7 @@ JSON = st.recursive(
 )
 
 
-@given(st.dictionaries(st.sampled_from(["pid", "host", "start_ticks", "boot_id"]), JSON) | JSON)
+@given(st.dictionaries(st.sampled_from(["pid", "host", "create_time", "boot_time"]), JSON) | JSON)
 def test_any_launcher_entry_reads_as_a_launcher_or_none(entry: object) -> None:
     launcher = Launcher.from_dict(entry)
     assert launcher is None or Launcher.from_dict(launcher.to_dict()) == launcher
@@ -384,7 +391,52 @@ def test_any_launcher_entry_reads_as_a_launcher_or_none(entry: object) -> None:
 
 def test_a_launcher_is_gone_only_when_this_host_no_longer_runs_that_very_process() -> None:
     me = this_launcher("here")
+    assert me.create_time is not None and me.boot_time is not None
     assert not launcher_is_gone(me, "here")
-    assert launcher_is_gone(dataclasses.replace(me, start_ticks=(me.start_ticks or 0) + 1), "here")
-    assert launcher_is_gone(dataclasses.replace(me, boot_id="an earlier boot"), "here")
-    assert not launcher_is_gone(dataclasses.replace(me, start_ticks=-1), "elsewhere")
+    reused = dataclasses.replace(me, create_time=me.create_time - 60)  # an earlier process
+    assert launcher_is_gone(reused, "here")
+    rebooted = dataclasses.replace(me, boot_time=me.boot_time - 3600)
+    assert launcher_is_gone(rebooted, "here")
+    assert not launcher_is_gone(reused, "elsewhere")
+    older_file = dataclasses.replace(me, create_time=None, boot_time=None)
+    assert not launcher_is_gone(older_file, "here")
+
+
+def test_a_step_of_the_clock_leaves_a_running_launcher_running() -> None:
+    """Both times move with the clock; the span between them is the process's."""
+    me = this_launcher("here")
+    assert me.create_time is not None and me.boot_time is not None
+    stepped = dataclasses.replace(
+        me, create_time=me.create_time + 3600, boot_time=me.boot_time + 3600
+    )
+    assert not launcher_is_gone(stepped, "here")
+
+
+def test_a_launcher_that_ended_is_gone_a_zombie_too_and_its_start_is_the_kernels() -> None:
+    """Its time after boot is what the agent's own /proc reader says (an oracle apart)."""
+    code = (
+        "import json, time\n"
+        "from dtrain.launch.joblog import this_launcher\n"
+        "print(json.dumps(this_launcher('here').to_dict()), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        launcher = Launcher.from_dict(json.loads(child.stdout.readline()))
+        assert launcher is not None and launcher.pid == child.pid
+        assert launcher.create_time is not None and launcher.boot_time is not None
+        ticks = procs.read_stat(child.pid)[5]
+        since_boot = launcher.create_time - launcher.boot_time
+        assert abs(since_boot - ticks / os.sysconf("SC_CLK_TCK")) < 0.02
+        assert not launcher_is_gone(launcher, "here")
+        child.kill()
+        deadline = time.monotonic() + 10
+        while procs.read_stat(child.pid)[0] != "Z":  # dead, not yet reaped
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert launcher_is_gone(launcher, "here")
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert launcher_is_gone(launcher, "here")

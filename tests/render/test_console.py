@@ -113,7 +113,7 @@ def test_output_written_from_many_reader_threads_stays_in_whole_prefixed_lines(
 ) -> None:
     """Each host's reader thread writes its tasks' output to the one console: lines from
     different tasks never interleave inside a line, and each task's lines keep their order."""
-    from dtrain.cli import TerminalConsole
+    from dtrain.render.console import TerminalConsole
 
     tasks = [console_task(f"worker.{i}", f"h{i}") for i in range(4)]
     read_fd, write_fd = os.pipe()  # a terminal's pipe: big writes to it can be cut and mixed
@@ -157,7 +157,7 @@ def test_a_console_that_takes_no_output_holds_back_the_tasks_not_the_supervisor(
     """A terminal that stops reading (Ctrl-S, a pager that is not reading): the host's reader
     thread waits in its write, holding the console, but the supervisor's notes and a task's
     end return at once. Once the terminal reads again, everything shows, in order."""
-    from dtrain.cli import TerminalConsole
+    from dtrain.render.console import TerminalConsole
 
     task = console_task("worker.0", "h")
     read_fd, write_fd = os.pipe()  # stdout and stderr are one terminal that stopped reading

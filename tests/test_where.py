@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dtrain.cli import Where, allocation_from_flags, where_to_run
 from dtrain.errors import UsageError
 from dtrain.plan.hosts import Host
 from dtrain.transport.options import SlurmOptions
+from dtrain.where import Where, allocation_from_flags, where_to_run
 from tests.conftest import run_dtrain
 
 ALLOCATION = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
