@@ -29,6 +29,15 @@ NOT_REGULAR = (
 )
 
 
+def special_kind(path: str | Path) -> str | None:
+    """What `path` is when it is no regular file ("a FIFO"), or None; a stat, never an open."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((name for test, name in NOT_REGULAR if test(mode)), None)
+
+
 class InputFileError(UsageError):
     """A file named by a flag is missing, unreadable, not a regular file, or too large."""
 

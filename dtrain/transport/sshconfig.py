@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import DtrainError, UsageError
+from dtrain.inputfiles import special_kind
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S
 
 SSH_G_TIMEOUT_S = 20.0
@@ -216,6 +217,13 @@ def run_ssh_g(
     try:
         stdout, stderr = process.communicate(timeout=SSH_G_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        end_session(process)
+        stuck = waited_on(argv)
+        if stuck is not None:
+            raise UsageError(
+                f"ssh config {stuck}, not a regular file: `ssh -G` waits on it forever",
+                hint="point that Include at a regular file",
+            ) from None
         raise UsageError(
             f"`ssh -G {name}` took more than {SSH_G_TIMEOUT_S:g} s (a Match exec that hangs?)",
             hint="fix the ssh config until `ssh -G HOST` answers at once",
@@ -232,6 +240,31 @@ def run_ssh_g(
             hint=f"`{' '.join(argv)}` shows the same; fix the line it names",
         )
     return stdout
+
+
+INCLUDING = re.compile(r"Including file (.+) depth \d+$", re.MULTILINE)  # `ssh -vvv` says
+
+
+def waited_on(argv: Sequence[str], timeout_s: float = 2.0) -> str | None:
+    """What a hanging `ssh -G` waits on, when it is a file no config can be (`a.conf is a
+    FIFO`), or None: asked again with -vvv, which names each file it includes before opening
+    it. Only when `ssh -G` already hung: dtrain does not read Includes itself."""
+    process = subprocess.Popen(
+        [argv[0], "-vvv", *argv[1:]],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stderr = process.communicate(timeout=timeout_s)[1]
+    except subprocess.TimeoutExpired:
+        end_session(process, reap=False)
+        stderr = process.communicate()[1]
+    included = INCLUDING.findall(stderr)
+    kind = special_kind(included[-1]) if included else None
+    return f"{included[-1]} is {kind}" if kind else None
 
 
 def end_session(process: subprocess.Popen[str], reap: bool = True) -> None:
