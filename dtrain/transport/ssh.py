@@ -1,19 +1,15 @@
-"""The ssh transport: one paramiko connection per host, resolved and checked like OpenSSH.
+"""The ssh transport: one paramiko connection per host, checked like OpenSSH.
 
-Settings are OpenSSH's own answer, `ssh -G` (with `-F FILE` for `--ssh-config FILE`). Host keys
-are checked against known_hosts; an unknown key fails (or is recorded with accept-new), a changed
-key fails (but for StrictHostKeyChecking no, as OpenSSH). Nothing ever prompts. paramiko is
-imported only when a job has remote hosts.
+What to connect to comes from `sshtarget` (OpenSSH's own answer, `ssh -G`); what a failure
+means, from `ssherrors`. Host keys are checked against known_hosts; an unknown key fails (or is
+recorded with accept-new), a changed key fails (but for StrictHostKeyChecking no, as OpenSSH).
+Nothing ever prompts. paramiko is imported only when a job has remote hosts.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
-import errno
-import functools
-import hashlib
 import logging
 import os
 import socket
@@ -21,123 +17,45 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
 from dtrain.errors import Problem, RemoteError, UsageError
-from dtrain.inputfiles import MAX_INPUT_BYTES, InputFile, check_input
-from dtrain.plan.hosts import Host, address_port, check_same_targets
+from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
 from dtrain.transport.machine import lookup_name
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.proxy import ProxySocket
+from dtrain.transport.ssherrors import (
+    HandshakeFailed,
+    HopFailed,
+    NoKeys,
+    UnknownHostKey,
+    describe_connect_error,
+    fingerprint,
+    handshake_failure,
+    is_transient,
+    proxy_failure,
+)
 from dtrain.transport.sshlib import TunedTransport
+from dtrain.transport.sshtarget import (
+    SshTarget,
+    config_name,
+    hop_host,
+    jump_hops,
+    openssh_target,
+    refuse_unhonoured,
+    refuse_unreadable_files,
+    split_jump_hop,
+)
 
 logger = logging.getLogger(__name__)
 
 MAX_JUMP_DEPTH = 8
 MAX_PARALLEL_CONNECTS = 32  # handshakes at once
-# a server that offers no protocol version or algorithm we share; the stubs lag paramiko
-IncompatiblePeer: type[paramiko.SSHException] = paramiko.IncompatiblePeer  # type: ignore[attr-defined]
 FIRST_BYTES = 256  # enough of what a port sends first to quote it when it is not ssh
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """One host's ssh settings, resolved the way OpenSSH would resolve them."""
-
-    hostname: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...] = ()
-    identities_only: bool = False
-    known_hosts_files: tuple[str, ...] = ()
-    strict_host_keys: str = "yes"
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    proxy_jump: str | None = None
-    proxy_command: str | None = None  # tokens already expanded
-    certificate_files: tuple[str, ...] = ()
-    host_key_alias: str | None = None
-    use_agent: bool = True
-    agent_socket: str | None = None  # IdentityAgent's socket; None: the one SSH_AUTH_SOCK names
-    server_alive_s: float = 0.0
-    server_alive_count: int = 3
-
-    @property
-    def display(self) -> str:
-        return address_port(self.hostname, self.port)
-
-    @property
-    def silence_limit_s(self) -> float | None:
-        """How long this host may stay silent before it is lost, as the user's config tells
-        OpenSSH (ServerAliveInterval * ServerAliveCountMax); None when the config is silent."""
-        if self.server_alive_s <= 0:
-            return None
-        return self.server_alive_s * max(self.server_alive_count, 1)
-
-
-def _config_paths(options: SshOptions) -> list[str]:
-    """`--ssh-config FILE` alone (like `ssh -F`), else the user's then the system's config."""
-    if options.config_file is not None:
-        return [str(options.config_file)]
-    return [os.path.join(options.user_config_dir, "config"), "/etc/ssh/ssh_config"]
-
-
-def split_jump_hop(hop: str) -> tuple[str, str, str]:
-    """(user, host, port) of one ProxyJump hop, `[user@]host[:port]` or `[user@][v6addr][:port]`."""
-    user, _, rest = hop.rpartition("@")
-    if rest.startswith("[") and "]" in rest:
-        name, _, tail = rest[1:].partition("]")
-        return user, name, tail.removeprefix(":")
-    name, _, port = rest.partition(":")
-    return user, name, port
-
-
-def _jump_hops(jump: str, name: str, options: SshOptions) -> list[tuple[str, str, str]]:
-    """The hops of the ProxyJump `jump` set for host `name`, or an error naming the bad one."""
-    hops = []
-    for hop in jump.split(","):
-        user, hop_name, port_text = split_jump_hop(hop)
-        address = hop.rpartition("@")[2]
-        problem = None
-        if address.startswith("[") and "]" not in address:
-            problem = f'"{hop}" lacks the "]" that closes its address'
-        elif not hop_name:
-            problem = f'"{hop}" names no host'
-        elif port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-            problem = f'"{port_text}" is not a port'
-        if problem is not None:
-            raise UsageError(
-                f'ssh config {_config_name(options)} sets ProxyJump "{jump}" for host '
-                f"{name}: {problem}",
-                hint="write each hop as [user@]host[:port] ([addr]:port for an IPv6 address), "
-                "separated by commas",
-            )
-        hops.append((user, hop_name, port_text))
-    return hops
-
-
-def _config_name(options: SshOptions) -> str:
-    return " or ".join(_config_paths(options))
-
-
-def strictness(value: str) -> str:
-    """StrictHostKeyChecking as one word: yes, no, accept-new or ask (`ssh -G` prints yes and
-    no as true and false; OpenSSH also takes off)."""
-    value = value.lower()
-    return {"true": "yes", "false": "no", "off": "no"}.get(value, value)
-
-
-def agent_socket(identity_agent: str) -> str | None:
-    """The socket an IdentityAgent value names (`~` and `$VAR` expanded, as OpenSSH does), or
-    None for `none`, `SSH_AUTH_SOCK` and the very socket SSH_AUTH_SOCK names."""
-    if identity_agent in ("none", "SSH_AUTH_SOCK"):
-        return None
-    path = os.path.expanduser(os.path.expandvars(identity_agent))
-    return None if path == os.environ.get("SSH_AUTH_SOCK") else path
 
 
 class _SocketAgent(paramiko.Agent):
@@ -154,123 +72,6 @@ class _SocketAgent(paramiko.Agent):
             logger.debug("IdentityAgent %s: %s; going on without it", path, exc)
             return
         self._connect(conn)  # type: ignore[attr-defined]  # not in paramiko's stubs
-
-
-def openssh_target(
-    host: Host, settings: sshconfig.Settings, options: SshOptions, local: sshconfig.Local
-) -> SshTarget:
-    """A target from `ssh -G`'s settings for `host` (asked with the hosts file's user and
-    port, so they already win); tokens in files and ProxyCommand expanded as OpenSSH does."""
-
-    def get(key: str, default: str) -> str:
-        return sshconfig.one(settings, key, default)
-
-    def paths(key: str) -> tuple[str, ...]:
-        return tuple(
-            sshconfig.expand_tokens(value, settings, host.name, local)
-            for line in settings.get(key, ())
-            for value in line.split()
-        )
-
-    known = (*paths("userknownhostsfile"), *paths("globalknownhostsfile"))
-    proxy = get("proxycommand", "none")
-    jump = get("proxyjump", "none")
-    alive = get("serveraliveinterval", "0")
-    alive_count = get("serveralivecountmax", "3")
-    hostname, port, user = sshconfig.endpoint(settings, host.name)
-    return SshTarget(
-        hostname=hostname,
-        port=port,
-        user=user,
-        identity_files=paths("identityfile"),
-        identities_only=get("identitiesonly", "no") in ("yes", "true"),
-        known_hosts_files=known or (os.path.join(options.user_config_dir, "known_hosts"),),
-        strict_host_keys=strictness(get("stricthostkeychecking", "ask")),
-        connect_timeout_s=sshconfig.connect_timeout_s(settings, options.connect_timeout_s),
-        proxy_jump=None if jump == "none" else jump,
-        proxy_command=None
-        if proxy == "none"
-        else sshconfig.expand_tokens(proxy, settings, host.name, local),
-        certificate_files=paths("certificatefile"),
-        host_key_alias=get("hostkeyalias", "none") if "hostkeyalias" in settings else None,
-        use_agent=get("identityagent", "SSH_AUTH_SOCK") != "none",
-        agent_socket=agent_socket(
-            sshconfig.expand_tokens(
-                get("identityagent", "SSH_AUTH_SOCK"), settings, host.name, local
-            )
-        ),
-        server_alive_s=float(alive) if alive.isdigit() else 0.0,
-        server_alive_count=int(alive_count) if alive_count.isdigit() else 3,
-    )
-
-
-def refuse_unhonoured(
-    host: Host, settings: sshconfig.Settings, options: SshOptions, ssh: str
-) -> None:
-    """An error naming the setting, its file:line and the host when the config asks for a
-    way of connecting dtrain cannot follow: never silently connect some other way."""
-    refused = sshconfig.refused_settings(settings)
-    if not refused:
-        return
-    keyword, value, why = refused[0]
-    where = sshconfig.where_set(ssh, host.name, options.config_file, keyword)
-    raise UsageError(
-        f"ssh config {where} sets {keyword} {value} for host {host.name}: {why}",
-        hint=f"give {host.name} a way in by key (IdentityFile, CertificateFile, ssh-agent) in "
-        f"a Host block dtrain reads first, or use --ssh-config FILE without {keyword}",
-    )
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint, so users can compare it with `ssh-keygen -lf`."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def known_hosts_entry(hostname: str, port: int) -> str:
-    return hostname if port == 22 else f"[{hostname}]:{port}"
-
-
-class UnknownHostKey(Exception):
-    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
-        super().__init__(hostname)
-        self.hostname = hostname
-        self.key = key
-
-
-class HandshakeFailed(Exception):
-    """The port answered, but no ssh session came of it; `is_transient` says whether another
-    try can help (sshd drops connections beyond MaxStartups before its banner); `hint`, what
-    to do when it is not the usual (an overloaded or refusing sshd)."""
-
-    def __init__(
-        self, reason: str, *, is_ssh: bool, is_transient: bool = False, hint: str | None = None
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.is_ssh = is_ssh
-        self.is_transient = is_transient
-        self.hint = hint
-
-
-class NoKeys(Exception):
-    """Nothing to offer the server: no key file found and no agent to ask (paramiko's "No
-    authentication methods available"); another try finds no more."""
-
-
-class HopFailed(Exception):
-    """A ProxyJump hop failed: connecting to `hop` itself (`cause` is that error), or, with
-    `is_forwarding`, the hop's forwarding to the host behind it. The host behind the hop is
-    not to blame, and the message names the hop."""
-
-    def __init__(
-        self, hop: Host, target: SshTarget, cause: BaseException, *, is_forwarding: bool = False
-    ) -> None:
-        super().__init__(str(cause))
-        self.hop = hop
-        self.target = target
-        self.cause = cause
-        self.is_forwarding = is_forwarding
 
 
 def _await_first_bytes(sock: socket.socket, timeout_s: float) -> bytes:
@@ -290,81 +91,6 @@ def _await_first_bytes(sock: socket.socket, timeout_s: float) -> bytes:
             "the server closed the connection before its SSH banner", is_ssh=True, is_transient=True
         )
     return first
-
-
-def _quoted_first_line(first: bytes) -> str:
-    line = first.split(b"\n", 1)[0].rstrip(b"\r")[:80]
-    return '"' + line.decode("ascii", "backslashreplace").encode("unicode_escape").decode() + '"'
-
-
-def _handshake_failure(
-    exc: Exception, first: bytes | None, timeout_s: float, banner: str, alive: bool
-) -> HandshakeFailed | None:
-    """What a failed paramiko handshake means, when it is about the banner, the protocol or
-    the key exchange; `banner`: the server's SSH banner, when it sent one; `alive`: whether
-    the connection was still up (paramiko says "No existing session" either way)."""
-    text = str(exc)
-    if isinstance(exc, IncompatiblePeer):
-        return HandshakeFailed(f"incompatible ssh server: {text}", is_ssh=True)
-    sent = None if first is None or first.startswith(b"SSH-") else _quoted_first_line(first)
-    if text.startswith(("Indecipherable protocol version", "Invalid SSH banner")):
-        return HandshakeFailed(f"it answered {sent or text}", is_ssh=False)
-    if text.startswith("Error reading SSH protocol banner"):
-        if sent is not None:
-            return HandshakeFailed(f"it answered {sent} instead of an SSH banner", is_ssh=False)
-        if isinstance(exc.__context__, TimeoutError):
-            return HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False)
-        return HandshakeFailed(
-            "the server closed the connection before its SSH banner",
-            is_ssh=True,
-            is_transient=True,
-        )
-    ran_out = text == "No existing session"  # the handshake's time ran out, or its connection
-    if isinstance(exc, (EOFError, ConnectionError)) or (ran_out and not alive):
-        said = f' after its banner "{banner}"' if banner else ""
-        return HandshakeFailed(
-            f"the server closed the connection during the ssh handshake{said}",
-            is_ssh=True,
-            is_transient=True,
-        )
-    if ran_out and not banner:
-        return HandshakeFailed(f"no SSH banner within {timeout_s:g} s", is_ssh=False)
-    if ran_out:
-        return HandshakeFailed(
-            f'no answer to the key exchange within {timeout_s:g} s after its banner "{banner}"',
-            is_ssh=True,
-            hint="the server took the connection, then went silent: check its load and its "
-            "sshd log, and for a firewall that lets only a connection's first packets through",
-        )
-    return None
-
-
-def _proxy_failure(
-    sock: ProxySocket, ended: int | None, exc: BaseException, target: SshTarget
-) -> HandshakeFailed | None:
-    """A failure through a ProxyCommand told as the command's: it ended (`ended`: its exit
-    status), it wrote an error, or it passed on no banner. None: the server's own failure."""
-    said = sock.stderr_text().splitlines()[-1:]
-    hint = (
-        f"run the ProxyCommand by hand (`{sock.command}`): it must carry the connection to "
-        f"sshd on {target.hostname} port {target.port} over its stdin and stdout"
-    )
-    if isinstance(exc, (paramiko.AuthenticationException, *NO_LOGIN)):
-        return None  # the server's answer, carried as it should be
-    if ended is not None:
-        end = f"exited with {ended}" if ended >= 0 else f"was killed by signal {-ended}"
-        detail = f": {said[0]}" if said else " before the server's SSH banner"
-        return HandshakeFailed(
-            f"ProxyCommand `{sock.command}` {end}{detail}", is_ssh=True, hint=hint
-        )
-    if said:
-        return HandshakeFailed(
-            f"ProxyCommand `{sock.command}` said: {said[0]}", is_ssh=True, hint=hint
-        )
-    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
-        reason = f"{exc.reason} through ProxyCommand `{sock.command}`"
-        return HandshakeFailed(reason, is_ssh=True, hint=hint)
-    return None
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -406,10 +132,6 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         logger.info("recorded the host key of %s in %s", hostname, self.record_file)
 
 
-def _hop_host(user: str, name: str, port: str) -> Host:
-    return Host(name=name, user=user or None, port=int(port) if port else None)
-
-
 def _certified_key(identities: Sequence[str], certificates: Sequence[str]) -> paramiko.PKey | None:
     """The first identity that one of the CertificateFiles certifies, with its certificate
     loaded (paramiko itself only finds `KEY-cert.pub` next to the key)."""
@@ -424,29 +146,6 @@ def _certified_key(identities: Sequence[str], certificates: Sequence[str]) -> pa
                 continue
             return key
     return None
-
-
-MAX_KNOWN_HOSTS_BYTES = 256 * 1024 * 1024  # a site-wide known_hosts may list many hosts
-DEFAULT_KEY_NAMES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519")  # paramiko's look_for_keys
-
-
-def refuse_unreadable_files(host: Host, target: SshTarget) -> None:
-    """Keys, certificates and known_hosts files that paramiko would read are regular files of
-    a sane size: an `IdentityFile /dev/zero` would fill memory, a FIFO wait forever. A file
-    that is not there is skipped, as OpenSSH skips it."""
-    keys = target.identity_files or tuple(
-        os.path.expanduser(f"~/.ssh/{name}") for name in DEFAULT_KEY_NAMES
-    )
-    hint = f"point it at a regular file in the ssh config for {host.name}, or remove the line"
-    named = (
-        *((path, "IdentityFile", MAX_INPUT_BYTES) for path in keys),
-        *((path, "CertificateFile", MAX_INPUT_BYTES) for path in target.certificate_files),
-        *((path, "UserKnownHostsFile", MAX_KNOWN_HOSTS_BYTES) for path in target.known_hosts_files),
-    )
-    for path, setting, limit in named:
-        if os.path.exists(path):
-            flag = f"{setting} for host {host.name}"
-            check_input(InputFile(Path(path), flag, "ssh file", hint), limit)
 
 
 class SshTransport:
@@ -496,13 +195,13 @@ class SshTransport:
         chain, seen = [host.name], [(host.name, target.port)]
         via, jump = host.name, target.proxy_jump
         while jump:
-            hops = _jump_hops(jump, via, self.options)
+            hops = jump_hops(jump, via, self.options)
             for user, name, port in reversed(hops):
-                hop = self.target(_hop_host(user, name, port), proxy_jump="")
+                hop = self.target(hop_host(user, name, port), proxy_jump="")
                 if (name, hop.port) in seen:
                     path = " -> ".join([*chain, name])
                     raise UsageError(
-                        f"ssh config {_config_name(self.options)}: ProxyJump loops: {path} "
+                        f"ssh config {config_name(self.options)}: ProxyJump loops: {path} "
                         "(each reached through the next)",
                         hint=f"give {name} a way in that does not pass through itself: "
                         f"ProxyJump none in a Host {name} block above the others",
@@ -510,7 +209,7 @@ class SshTransport:
                 chain.append(name)
                 seen.append((name, hop.port))
             user, via, port = hops[0]
-            via_host = _hop_host(user, via, port)
+            via_host = hop_host(user, via, port)
             first = self.target(via_host, proxy_jump="")
             settings = self._settings[(via_host.name, via_host.user, via_host.port)]
             jump = None if first.proxy_command else sshconfig.one(settings, "proxyjump", "none")
@@ -600,7 +299,7 @@ class SshTransport:
                 client = self._connect(target)
             except Exception as exc:  # every failure becomes a message naming the host
                 last = describe_connect_error(host, target, exc, self.options)
-                if not _is_transient(exc) or attempt == 1 or self.is_aborted:
+                if not is_transient(exc) or attempt == 1 or self.is_aborted:
                     return last
                 time.sleep(0.2)
                 continue
@@ -626,7 +325,7 @@ class SshTransport:
                 )
             except paramiko.SSHException as exc:  # the hop could not or would not forward
                 user, name, port = split_jump_hop(target.proxy_jump.split(",")[-1])
-                hop = _hop_host(user, name, port)
+                hop = hop_host(user, name, port)
                 raise HopFailed(hop, target, exc, is_forwarding=True) from exc
         sock = socket.create_connection(
             (lookup_name(target.hostname), target.port),  # type: ignore[arg-type]  # bytes: no idna
@@ -669,11 +368,11 @@ class SshTransport:
         """The last hop of `spec`, reached through the hops before it (as `ssh -J a,b`)."""
         *before, last = spec.split(",")
         user, name, port = split_jump_hop(last)
-        jump_host = Host(name=name, user=user or None, port=int(port) if port else None)
+        jump_host = hop_host(user, name, port)
         depth = getattr(self._jump_depth, "value", 0)
         if depth >= MAX_JUMP_DEPTH:
             raise UsageError(
-                f"ssh config {_config_name(self.options)}: ProxyJump goes through more than "
+                f"ssh config {config_name(self.options)}: ProxyJump goes through more than "
                 f"{MAX_JUMP_DEPTH} hops to reach {name} (a loop?)",
                 hint=f"`ssh -G {name}` shows its ProxyJump; end the chain with ProxyJump none",
             )
@@ -714,7 +413,7 @@ class SshTransport:
             client.close()
             sock.close()
             if isinstance(sock, ProxySocket):
-                failure = _proxy_failure(sock, sock.own_exit_status(), exc, target)
+                failure = proxy_failure(sock, sock.own_exit_status(), exc, target)
                 if failure is not None:
                     raise failure from exc
             raise
@@ -758,7 +457,7 @@ class SshTransport:
             transport = client.get_transport()
             banner = transport.remote_version if transport is not None else ""
             alive = transport is not None and transport.is_active()
-            failure = _handshake_failure(exc, first, target.connect_timeout_s, banner, alive)
+            failure = handshake_failure(exc, first, target.connect_timeout_s, banner, alive)
             if failure is None:
                 raise
             raise failure from exc
@@ -794,247 +493,6 @@ class SshTransport:
         self.clients.clear()
         self._jumps.clear()
         self._spare_jumps.clear()
-
-
-DEFINITE_ERRNOS = (errno.EHOSTUNREACH, errno.ENETUNREACH)
-CHANNEL_TIMEOUT = "Timeout opening channel."  # paramiko's words for a forwarding that hangs
-CHANNEL_UNEXPLAINED = "Unable to open channel."  # ... and for one refused, reason taken
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Whether another try can help: a definite answer (refused, no banner, not ssh, a key or
-    login refused, no such name or route) stays the same, and a timed-out TCP connect already
-    had the kernel's own SYN retries."""
-    if isinstance(exc, HopFailed) and exc.is_forwarding:
-        # paramiko keeps one refusal per connection: of two channels refused at once, one
-        # learns why and the other only that it failed; asked again, it learns why too
-        return str(exc.cause) == CHANNEL_UNEXPLAINED
-    if isinstance(exc, HopFailed):
-        return _is_transient(exc.cause)
-    if isinstance(exc, HandshakeFailed):
-        return exc.is_transient
-    definite = (
-        NoKeys,
-        UnknownHostKey,
-        paramiko.BadHostKeyException,
-        paramiko.AuthenticationException,
-        IncompatiblePeer,
-        socket.gaierror,
-        ConnectionRefusedError,
-        TimeoutError,
-    )
-    if isinstance(exc, definite):
-        return False
-    if isinstance(exc, OSError) and exc.errno in DEFINITE_ERRNOS:
-        return False
-    return isinstance(exc, (paramiko.SSHException, OSError, EOFError))
-
-
-def describe_connect_error(
-    host: Host, target: SshTarget, exc: BaseException, options: SshOptions
-) -> Problem:
-    """Turn whatever paramiko or the socket raised into a message that says what to do."""
-    where = f"{host.name} ({target.display})" if target.hostname != host.name else target.display
-    grouped = functools.partial(_grouped, where, host)
-
-    if isinstance(exc, HopFailed):
-        return _hop_problem(where, host, target, exc, options)
-    if isinstance(exc, NoKeys):
-        return _no_keys_problem(where, host, target)
-    if isinstance(exc, HandshakeFailed) and not exc.is_ssh:
-        return grouped(
-            "not_ssh",
-            f"not an ssh server: {exc.reason}",
-            f"check the port: is {target.port} where sshd listens on {host.name}? "
-            "(host:port in the hosts file, or Port in your ssh config)",
-            "check the ports: are they where sshd listens on these hosts? "
-            "(host:port in the hosts file, or Port in your ssh config)",
-            message=f"{where} is not an ssh server: {exc.reason}",
-        )
-    if isinstance(exc, HandshakeFailed):
-        return grouped(
-            "handshake",
-            exc.reason,
-            exc.hint
-            or f"sshd on {host.name} may be overloaded (MaxStartups) or refusing this "
-            "client (sshd's log says why); --debug shows the ssh exchange",
-            exc.hint
-            or "sshd on these hosts may be overloaded (MaxStartups) or refusing this "
-            "client (sshd's log says why); --debug shows the ssh exchange",
-        )
-    if isinstance(exc, NO_LOGIN):
-        return _no_login_problem(where, host, target, exc)
-    if isinstance(exc, paramiko.AuthenticationException):
-        tried = ", ".join(target.identity_files) or "ssh-agent and ~/.ssh/id_*"
-        return grouped(
-            "auth_failed",
-            f"the server refused our keys as user {target.user} (tried {tried})",
-            f"add your public key to ~{target.user}/.ssh/authorized_keys on {host.name} "
-            f"(ssh-copy-id -p {target.port} {target.user}@{target.hostname}); dtrain never "
-            "asks for a password",
-            f"add your public key to ~{target.user}/.ssh/authorized_keys on each of them "
-            "(ssh-copy-id); dtrain never asks for a password",
-        )
-    if isinstance(exc, socket.gaierror):
-        hint = "check the name in the hosts file, or give it a HostName in your ssh config"
-        return grouped(
-            "dns",
-            f"cannot resolve host name: {exc.strerror}",
-            hint,
-            "check the names in the hosts file, or give them a HostName in your ssh config",
-            message=f"{host.name}: cannot resolve host name {target.hostname}: {exc.strerror}",
-        )
-    if isinstance(exc, (TimeoutError, socket.timeout)):
-        return grouped(
-            "timeout",
-            f"connection timed out after {target.connect_timeout_s:g}s",
-            f"check that {host.name} is up and that port {target.port} is open",
-            "check that these hosts are up and that their ssh port is open",
-        )
-    if isinstance(exc, ConnectionRefusedError):
-        return grouped(
-            "refused",
-            "connection refused",
-            f"is sshd running on {host.name} and listening on port {target.port}?",
-            "is sshd running on these hosts and listening on the port shown?",
-        )
-    return grouped(
-        "connect",
-        f"{type(exc).__name__}: {exc}",
-        f"--debug shows the ssh exchange; `ssh -p {target.port} {target.user}@"
-        f"{target.hostname} true` shows what OpenSSH makes of {host.name}",
-        "--debug shows the ssh exchange; `ssh HOST true` shows what OpenSSH makes of a host",
-    )
-
-
-def _hop_problem(
-    where: str, host: Host, target: SshTarget, exc: HopFailed, options: SshOptions
-) -> Problem:
-    """A failed ProxyJump hop, named as the failure's place: every host behind it shares
-    the one line and the hop's own hint."""
-    hop = exc.hop.name
-    hint: str | None
-    if exc.is_forwarding:
-        reason, hint = _forwarding_failure(hop, target, exc.cause)
-        code = "jump_forwarding"
-    else:
-        problem = describe_connect_error(exc.hop, exc.target, exc.cause, options)
-        reason, hint, code = f"via jump host {problem.message}", problem.hint, problem.code
-    return _grouped(where, host, code, reason, hint, hint)
-
-
-def _forwarding_failure(hop: str, target: SshTarget, cause: BaseException) -> tuple[str, str]:
-    """(reason, hint) when jump host `hop` would not or could not connect on to `target`."""
-    if isinstance(cause, paramiko.ChannelException) and cause.code == 1:
-        return (
-            f"jump host {hop} refuses to forward connections (administratively prohibited)",
-            f"sshd on {hop} must allow forwarding (AllowTcpForwarding yes in its sshd_config), "
-            "or reach the host another way (ProxyCommand)",
-        )
-    if isinstance(cause, paramiko.ChannelException):
-        failed = f"jump host {hop} could not connect to {target.display} ({cause.text})"
-    elif str(cause) == CHANNEL_TIMEOUT:
-        failed = f"jump host {hop} got no connection to {target.display} within " + (
-            f"{target.connect_timeout_s:g}s"
-        )
-    else:
-        failed = f"jump host {hop} opened no connection to {target.display}"
-    return failed, (
-        f"check that {target.hostname} is up and that {hop} can reach its port {target.port} "
-        f"(`ssh {hop} nc -zv {target.hostname} {target.port}`)"
-    )
-
-
-def _no_keys_problem(where: str, host: Host, target: SshTarget) -> Problem:
-    """Nothing to log in with: which keys were looked for, and how to make one."""
-    if target.identity_files:
-        files = ", ".join(target.identity_files)
-        looked = f"IdentityFile {files} not found"
-    else:
-        looked = "no ~/.ssh/id_* key"
-    agent = target.use_agent and not target.identities_only
-    looked += ", and ssh-agent has none" if agent else ", and ssh-agent is not asked"
-    return Problem(
-        f"{where}: no ssh key to log in with as {target.user} ({looked})",
-        host=host.display,
-        code="auth_no_key",
-        hint=f"make a key (ssh-keygen -t ed25519) and install it on {host.name} "
-        f"(ssh-copy-id -p {target.port} {target.user}@{target.hostname}), or name yours "
-        "with IdentityFile in your ssh config",
-    )
-
-
-def _grouped(
-    where: str,
-    host: Host,
-    code: str,
-    reason: str,
-    hint: str | None,
-    group_hint: str | None,
-    message: str = "",
-) -> Problem:
-    """A problem that prints as one line with every other host failing for `reason`."""
-    return Problem(
-        message or f"{where}: {reason}",
-        host=host.display,
-        hint=hint,
-        code=code,
-        reason=reason,
-        subject=where,
-        group_hint=group_hint,
-    )
-
-
-# Answers that mean this host will not let dtrain in as things are: each its own line.
-NO_LOGIN = (
-    UnknownHostKey,
-    paramiko.BadHostKeyException,
-    paramiko.PasswordRequiredException,
-    paramiko.BadAuthenticationType,
-)
-
-
-def _no_login_problem(where: str, host: Host, target: SshTarget, exc: BaseException) -> Problem:
-    """A host key that known_hosts lacks or that changed, a key with a passphrase, a server
-    that wants a password: what to do differs for each, so none is grouped."""
-    if isinstance(exc, paramiko.PasswordRequiredException):
-        return Problem(
-            f"{where}: the ssh key is protected by a passphrase and dtrain never prompts",
-            host=host.display,
-            code="auth_passphrase",
-            hint="load the key into ssh-agent first (eval $(ssh-agent); ssh-add KEY)",
-        )
-    if isinstance(exc, paramiko.BadAuthenticationType):
-        allowed = ", ".join(exc.allowed_types) or "none"
-        return Problem(
-            f"{where}: the server accepts only {allowed} logins as {target.user}; dtrain uses "
-            "keys and never asks for a password",
-            host=host.display,
-            code="auth_password_only",
-            hint=f"install your public key on {host.name}: ssh-copy-id -p {target.port} "
-            f"{target.user}@{target.hostname}",
-        )
-    entry = known_hosts_entry(target.hostname, target.port)
-    if isinstance(exc, UnknownHostKey):
-        return Problem(
-            f"{where}: unknown host key {exc.key.get_name()} {fingerprint(exc.key)} "
-            f"(not in {target.known_hosts_files[0]})",
-            host=host.display,
-            code="host_key_unknown",
-            hint=f"check the fingerprint, then rerun with --accept-new-host-keys to record it "
-            f"(or: ssh-keyscan -p {target.port} {target.hostname} >> "
-            f"{target.known_hosts_files[0]}); entry name: {entry}",
-        )
-    assert isinstance(exc, paramiko.BadHostKeyException)
-    return Problem(
-        f"{where}: HOST KEY CHANGED: it presents {exc.key.get_name()} "
-        f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}; "
-        "this can be a man-in-the-middle attack, so dtrain will not connect",
-        host=host.display,
-        code="host_key_changed",
-        hint=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{entry}' "
-        f"-f {target.known_hosts_files[0]}",
-    )
 
 
 class SshLink:

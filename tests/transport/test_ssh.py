@@ -19,11 +19,8 @@ from dtrain.agents.group import AgentGroup
 from dtrain.errors import ExitCode, UsageError
 from dtrain.plan.hosts import Host
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
-from dtrain.transport.ssh import (
-    SshTarget,
-    SshTransport,
-    split_jump_hop,
-)
+from dtrain.transport.ssh import SshTransport
+from dtrain.transport.sshtarget import SshTarget
 from tests.conftest import run_dtrain
 
 CONFIG = """\
@@ -119,19 +116,6 @@ def test_every_command_refuses_a_broken_config_before_connecting(
     assert "99999" in first
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
-
-
-@pytest.mark.parametrize(
-    ("hop", "parts"),
-    [
-        ("bastion", ("", "bastion", "")),
-        ("gate@bastion:2200", ("gate", "bastion", "2200")),
-        ("[fd00::1]:2200", ("", "fd00::1", "2200")),
-        ("me@[fd00::1]", ("me", "fd00::1", "")),
-    ],
-)
-def test_proxy_jump_hops_split_like_openssh(hop: str, parts: tuple[str, str, str]) -> None:
-    assert split_jump_hop(hop) == parts
 
 
 class FakeClient:
