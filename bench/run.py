@@ -41,14 +41,14 @@ Shape = tuple[int, int]  # (hosts, tasks per host)
 class Settings:
     """What one run measures; `--quick` and the full run differ only in these numbers."""
 
-    launch: tuple[tuple[Shape, int], ...] = (((1, 1), 16), ((8, 4), 8), ((48, 4), 3))
+    launch: tuple[tuple[Shape, int], ...] = (((1, 1), 20), ((8, 4), 12), ((48, 4), 6))
     teardown: tuple[Shape, ...] = ((8, 4), (48, 4))  # dtrain; the peers at the first only
     teardown_reps: int = 3
     teardown_bound_s: float = 5.0
     signals: Shape = (48, 4)
     window_s: float = 5.0
     log: tuple[Shape, ...] = ((1, 1), (8, 4))
-    log_reps: int = 3
+    log_reps: int = 6
     log_mb_per_host: float = 40.0  # split over the host's tasks
     slurm: Shape = (4, 4)
     slurm_reps: int = 3
