@@ -2,15 +2,14 @@
 
 Each launcher is used the way its users use it, pointed at the test cluster without touching
 ~/.ssh: dtrain with `--ssh-config`, pdsh through PDSH_SSH_ARGS, hand-written one-ssh-per-task
-with `ssh -F`, and the dmlc tracker (which runs a bare `ssh`) through an `ssh` wrapper placed
-first in its PATH. Builders return plain data (argv and environment); nothing here starts a
-process.
+with `ssh -F`. "dtrain (before)" is the same command with another dtrain tree first on
+PYTHONPATH (`--before`). Builders return plain data (argv and environment); nothing here
+starts a process.
 """
 
 from __future__ import annotations
 
 import compileall
-import os
 import shlex
 import sys
 from collections.abc import Mapping
@@ -20,9 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TASK_PROGRAM = REPO / "bench" / "task.py"
 TASK_INTERPRETER = ("/usr/bin/python3", "-S")
-TRACKER_SHIM = REPO / "bench" / "tracker_shim.py"
-PYTHON_FLOOR = REPO / "bench" / "pyfloor.py"
 VENV_BIN = Path(sys.executable).parent
+BEFORE = "before"
 
 
 def compile_dtrain(checkout: Path = REPO) -> None:
@@ -63,6 +61,7 @@ class Setup:
 
     ssh_config: Path
     scratch: Path
+    before: Path | None = None  # the tree "dtrain (before)" runs
 
     def hosts_file(self, job: Job, with_slots: bool) -> Path:
         slots = f" slots={job.per_host}" if with_slots else ""
@@ -70,16 +69,6 @@ class Setup:
         path = self.scratch / f"hosts-{len(job.hosts)}x{job.per_host}-{int(with_slots)}"
         path.write_text(text)
         return path
-
-    def ssh_wrapper_dir(self) -> Path:
-        """A directory holding `ssh` that runs OpenSSH with the cluster's config (-F)."""
-        folder = self.scratch / "ssh-wrapper"
-        wrapper = folder / "ssh"
-        if not wrapper.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {self.ssh_config} "$@"\n')
-            wrapper.chmod(0o755)
-        return folder
 
 
 def task_argv(
@@ -138,84 +127,23 @@ def ssh_per_task(job: Job, setup: Setup) -> Command:
     return Command(("bash", "-c", script))
 
 
-def dmlc_tracker(job: Job, setup: Setup) -> Command:
-    """mxnet's tools/launch.py in ssh mode: servers then workers, round robin over the hosts.
-
-    -s 1 -n N-1 gives exactly N remote tasks; it also runs the scheduler here, locally.
-    """
-    argv = [sys.executable, str(TRACKER_SHIM), str(tracker_launch_py())]
-    argv += ["-n", str(job.tasks - 1), "-s", "1", "--launcher", "ssh"]
-    argv += ["-H", str(setup.hosts_file(job, with_slots=False))]
-    path = f"{setup.ssh_wrapper_dir()}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
-    return Command((*argv, *job.task_argv), {"PATH": path})
-
-
-AGENT = "dtrain's agent"
-AGENT_C_ONLY = "the agent's C modules"
-# What the agent imports beyond a bare interpreter's own: C modules where the standard ones
-# around them (json, signal, socket, selectors, threading, base64) would bring enum, re,
-# locale and collections.
-AGENT_C_MODULES = (
-    "_json", "_signal", "_socket", "_thread", "binascii", "errno", "fcntl",
-    "marshal", "select", "stat", "struct", "time", "types", "zlib",
-)  # fmt: skip
-
-FLOOR = "pyfloor"  # the trivial job only: what any Python launcher pays
-
-
-def python_floor(job: Job, setup: Setup) -> Command:
-    """The least a Python launcher does (`bench/pyfloor.py`), under the interpreter dtrain runs
-    under, each host running what pdsh has it run: the trivial job only (it neither tears down
-    nor forwards signals)."""
-    argv = [sys.executable, str(PYTHON_FLOOR), str(setup.ssh_config), ",".join(job.hosts)]
-    return Command((*argv, per_host_command(job)))
-
-
-def dtrain_path_python(job: Job, setup: Setup) -> Command:
-    """dtrain with its agent under `python3` from the login PATH (a pyenv shim on these
-    hosts), where the default (auto) picks the system python3 first: what the default saves."""
-    command = dtrain(job, setup)
-    split = command.argv.index("--")
-    argv = (*command.argv[:split], "--remote-python", "python3", *command.argv[split:])
-    return Command(argv, command.env)
-
-
-def dtrain_local(job: Job, setup: Setup) -> Command:
-    """dtrain with no hosts file: every task on this machine (for its local figures)."""
-    argv = [str(VENV_BIN / "dtrain"), "launch", "--framework", "torch", "-n", str(job.tasks)]
-    argv += ["--log-dir", str(setup.scratch / "dtrain-logs")]
-    return Command((*argv, "--", *job.task_argv))
-
-
-def tracker_launch_py() -> Path:
-    """launch.py inside the installed mxnet wheel, found without importing mxnet."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("mxnet")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("mxnet is not installed in this environment (pip install mxnet)")
-    return Path(next(iter(spec.submodule_search_locations))) / "tools" / "launch.py"
+def dtrain_before(job: Job, setup: Setup) -> Command:
+    """The same dtrain command, importing the `--before` tree's dtrain (first on PYTHONPATH)."""
+    assert setup.before is not None
+    return Command(dtrain(job, setup).argv, {"PYTHONPATH": str(setup.before)})
 
 
 BUILDERS = {
     "dtrain": dtrain,
+    BEFORE: dtrain_before,
     "pdsh": pdsh,
     "ssh": ssh_per_task,
-    "tracker": dmlc_tracker,
-    "dtrain-local": dtrain_local,
-    "dtrain-pathpy": dtrain_path_python,
-    FLOOR: python_floor,
 }
-SPLIT = "dtrain-split"  # log only: two dtrain launchers at once, each with half the hosts
 LABELS = {
     "dtrain": "dtrain",
+    BEFORE: "dtrain (before)",
     "pdsh": "pdsh",
     "ssh": "ssh per task",
-    "tracker": "dmlc tracker",
-    "dtrain-local": "dtrain (local)",
-    "dtrain-pathpy": "dtrain --remote-python python3 (login PATH)",
-    FLOOR: "Python floor",
-    SPLIT: "dtrain, two launchers of half the hosts each",
 }
 
 

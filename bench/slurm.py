@@ -1,27 +1,21 @@
-"""dtrain on Slurm against plain srun, same run, as ratios: `python -m bench.slurm`.
+"""dtrain on Slurm against plain srun, same run, as ratios (a phase of `python -m bench`).
 
 Needs root and Debian's slurmctld, slurmd and slurm-client (scripts/test.sh installs them):
 it builds the suite's namespaced hosts and a real Slurm cluster on them, holds one allocation
 of every node, and inside it runs, interleaved, repeat after repeat:
 
-- launch: `dtrain launch --framework torch -n N*T` (one step of agents, T ranks per node)
-  against `srun --overlap -N N --ntasks-per-node=T` of the same task, which stamps its start
-  time into a shared directory and exits. Launch latency is the last task's start after the
-  command began; wall time is the command's whole life.
-- teardown after one failure: the first task to start exits 7 once all have started, the rest
-  sleep. Measured from that exit to the command's own exit, and how many tasks were still
-  alive then. Plain srun waits for every task (never, here: capped at --cap seconds); with
-  `-K` (--kill-on-bad-exit) it stops the step and exits 143.
+- launch: `dtrain launch --framework torch -n N*T` against `srun --overlap -N N
+  --ntasks-per-node=T` of the same task (bench/task.py stamps its start and exits);
+- teardown after one failure (the first task exits 7 once all have started, the rest sleep):
+  from that exit to the command's, and the tasks still alive then. Plain srun waits for every
+  task (never, here: capped); with `-K` (--kill-on-bad-exit) it stops the step.
 
-Every task ends by itself within its --life, and the cluster, its daemons and every task are
+Every task ends by itself within its life, and the cluster, its daemons and every task are
 stopped at the end whatever happens. Traffic stays on the suite's bridge (198.18.0.0/24).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -35,29 +29,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import hostprocs  # noqa: E402
-from bench.launchers import compile_dtrain, task_argv  # noqa: E402
+from bench import procs  # noqa: E402
+from bench.launchers import task_argv  # noqa: E402
 from tests.cluster.netcluster import Cluster, assert_routes_to_bridge  # noqa: E402
 from tests.cluster.slurmcluster import SlurmCluster  # noqa: E402
 
 PYTHON = sys.executable
-PAGE = """# Benchmarks: dtrain on Slurm against plain srun
-
-Made by `python -m bench.slurm {argv}` (root; Debian's slurmctld, slurmd and slurm-client):
-a real Slurm 22.05 cluster on the suite's namespaced hosts, one allocation of every node held
-by `salloc --no-shell`, and inside it, interleaved, `dtrain launch --framework torch` against
-`srun --overlap` of the same tiny task (`bench/task.py`). Every figure comes from the same run
-on a shared 2-core machine: compare them as ratios, not as absolute times.
-
-{report}
-What the columns mean: *last task started* runs from the command's start to the last task's
-own start stamp; *whole command* to the command's exit. dtrain's figure includes its Python
-start-up and imports, one `srun` step for the agents (one agent per node), each agent
-connecting back and proving the job's key, the agent's code sent over that connection, the
-plan, the preflight (stale processes, ports), and starting every task. Teardown runs from the
-failing task's exit to the command's exit; plain `srun` without `-K` waits for the tasks that
-still sleep (so never, here), and with `-K` ends the step but reports 143, not the task's 7.
-"""
 LIFE_S = 60.0
 
 
@@ -74,22 +51,9 @@ def _env(slurm: SlurmCluster, job_id: str, nodes: int, per_host: int) -> dict[st
 def _commands(
     launcher: str, nodes: int, per_host: int, task: Sequence[str], logs: Path
 ) -> list[str]:
-    total = nodes * per_host
     if launcher == "dtrain":
-        return [
-            PYTHON,
-            "-m",
-            "dtrain",
-            "launch",
-            "--framework",
-            "torch",
-            "-n",
-            str(total),
-            "--log-dir",
-            str(logs),
-            "--",
-            *task,
-        ]
+        argv = [PYTHON, "-m", "dtrain", "launch", "--framework", "torch", "--log-dir", str(logs)]
+        return [*argv, "-n", str(nodes * per_host), "--", *task]
     argv = ["srun", "--overlap", f"-N{nodes}", f"--ntasks-per-node={per_host}"]
     if launcher == "srun -K":
         argv.append("--kill-on-bad-exit=1")
@@ -136,12 +100,12 @@ def _one(
     if mode == "fail":
         failed = stamps / "failed"
         record["teardown_s"] = (ended - float(failed.read_text())) if failed.exists() else None
-        on_nodes, _ = hostprocs.tasks(str(stamps))
-        record["alive_at_exit"] = len(hostprocs.alive(on_nodes))
-        hostprocs.kill(on_nodes, 10)  # SIGUSR1: the task's own clean exit (see bench/task.py)
-        hostprocs.wait_gone(on_nodes, time.time() + 10)
+        on_nodes = procs.tasks(str(stamps))
+        record["alive_at_exit"] = len(on_nodes)
+        procs.kill(on_nodes, 10)  # SIGUSR1: the task's own clean exit (see bench/task.py)
+        procs.wait_gone(on_nodes, 10.0)
     if popen.poll() is None:
-        hostprocs.killpg(popen.pid)
+        procs.killpg(popen.pid)
         popen.wait()
     shutil.rmtree(stamps, ignore_errors=True)
     return record
@@ -211,30 +175,3 @@ def report(records: Sequence[dict[str, Any]], shape: tuple[int, int], cap_s: flo
         shown = _secs(teardown) if teardown is not None else f"never (still running at {cap_s:g} s)"
         lines.append(f"| {launcher} | {', '.join(codes)} | {shown} | {alive} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--per-host", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--cap", type=float, default=15.0, help="how long 'never' waits")
-    parser.add_argument("--json", type=Path, help="also write every record here")
-    parser.add_argument("--write", type=Path, help="write the report as a page (docs/...)")
-    args = parser.parse_args(argv)
-    compile_dtrain()
-    if os.geteuid() != 0:
-        print("bench.slurm: run as root: it builds network namespaces and Slurm daemons")
-        return 2
-    records = measure(args.nodes, args.per_host, args.repeats, args.cap)
-    if args.json:
-        args.json.write_text(json.dumps(records, indent=1))
-    text = report(records, (args.nodes, args.per_host), args.cap)
-    print(text, end="")
-    if args.write:
-        args.write.write_text(PAGE.format(report=text, argv=" ".join(sys.argv[1:])))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,28 +1,23 @@
-"""How long `dtrain stacks` takes against py-spy by hand over ssh: `sudo python -m bench.stacks`.
+"""How long `dtrain stacks` takes against py-spy by hand over ssh (a phase of `python -m bench`).
 
-Brings up the namespaced sshd test cluster (tests/cluster/netcluster.py), starts jobs of 1, 8
-and 32 tasks on 1 and 8 hosts with `dtrain launch` (every task blocked in a named function, as
-a hung job's are), and times, interleaved in the same run on the same tasks:
+On the namespaced sshd test cluster, starts jobs with `dtrain launch` (every task blocked in a
+named function, as a hung job's are), and times, interleaved on the same tasks:
 
 * dtrain: `dtrain stacks -H hosts --job J`: one command; every host's agent runs py-spy on its
   tasks in parallel, and the answer comes grouped;
 * by hand: what users do today (the scripts people share for this): per host, one
   `ssh host pgrep -f SCRIPT` to find the pids, then one `ssh host py-spy dump --pid PID` per
   task, one after another.
-
-Only the ratio means anything on a shared machine. Prints a markdown table.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,10 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # tests.cluster.netcluster lives in the repo, not the package
 
-from bench.launchers import compile_dtrain  # noqa: E402
 from tests.cluster.netcluster import Cluster  # noqa: E402
 
-CONFIGS = ((1, 1), (1, 8), (1, 32), (8, 8), (8, 32))  # (hosts, tasks)
 SCRIPT = REPO / "tests" / "programs" / "where_stuck.py"
 PYTHON = sys.executable
 PY_SPY = str(Path(PYTHON).parent / "py-spy")
@@ -122,10 +115,6 @@ def measure(
             proc.wait(60)
         dtrain_s, by_hand_s = statistics.median(ours), statistics.median(theirs)
         rows.append({"hosts": hosts, "tasks": tasks, "dtrain_s": dtrain_s, "by_hand_s": by_hand_s})
-        print(
-            f"{hosts} host(s), {tasks} task(s): dtrain {dtrain_s:.2f}s, by hand {by_hand_s:.2f}s",
-            file=sys.stderr,
-        )
     return rows
 
 
@@ -143,24 +132,3 @@ def table(rows: Sequence[dict[str, float]], reps: int) -> str:
             f"{row['by_hand_s']:.2f} | {ratio:.1f}x |"
         )
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=3, help="repetitions per configuration")
-    parser.add_argument("--quick", action="store_true", help="1 repetition, 1 and 8 tasks only")
-    args = parser.parse_args(argv)
-    compile_dtrain()
-    reps = 1 if args.quick else args.reps
-    configs = [c for c in CONFIGS if not args.quick or c[1] <= 8]
-    with (
-        tempfile.TemporaryDirectory(prefix="dtrain-bench-stacks-") as scratch,
-        Cluster(max(h for h, _ in configs)) as cluster,
-    ):
-        rows = measure(cluster, Path(scratch), reps, configs)
-    print(table(rows, reps), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

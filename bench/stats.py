@@ -59,16 +59,3 @@ def paired_ratios(
             by_rep[record["launcher"]][rep] = float(value)
     top, bottom = by_rep[numerator], by_rep[denominator]
     return [top[rep] / bottom[rep] for rep in sorted(top.keys() & bottom.keys())]
-
-
-def verdict(interval: tuple[float, float] | None, bound: float = 1.0) -> str:
-    """Which side of `bound` the interval puts the ratio: "below", "above", "either" (it spans
-    the bound: this run cannot tell) or "unknown" (too few runs for an interval)."""
-    if interval is None:
-        return "unknown"
-    low, high = interval
-    if high < bound:
-        return "below"
-    if low > bound:
-        return "above"
-    return "either"

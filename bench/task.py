@@ -8,8 +8,6 @@ so a harness crash cannot leave it running for long.
 
 Modes: stamp (exit 0 at once), sleep (silent until killed), fail (the first task to start waits
 until all have started, then exits 7; the rest sleep), log (write MB of lines to stdout).
-Under the dmlc tracker the local scheduler (DMLC_ROLE=scheduler) waits for the others to
-finish, as a ps-lite scheduler does, instead of doing the mode's work.
 """
 
 import time
@@ -69,12 +67,6 @@ def main() -> int:
     signal.signal(signal.SIGUSR1, lambda signum, frame: os._exit(0))
     deadline = STARTED + args.life
     name = f"{socket.gethostname()}.{os.getpid()}"
-    if os.environ.get("DMLC_ROLE") == "scheduler":
-        if args.mode in ("stamp", "log"):
-            wait_for(args.dir, ".done", args.expect, deadline)
-            return 0
-        time.sleep(max(0.0, deadline - time.time()))
-        return 0
     write_atomically(os.path.join(args.dir, name + ".start"), f"{STARTED:.6f}\n")
     if args.mode == "log":
         write_lines(args.mb)

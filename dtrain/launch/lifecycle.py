@@ -420,11 +420,6 @@ class Launch:
         ).raise_if_failed("checking the tasks")
 
 
-# The attribute of each step's debug record holding (step, start, end) in wall-clock seconds:
-# a supported way to time a launch's steps from outside (bench/timeline.py listens for it).
-PHASE_RECORD = "dtrain_phase"
-
-
 class _PhaseClock:
     """Logs how long each step of a launch took (`dtrain --debug launch`)."""
 
@@ -432,9 +427,8 @@ class _PhaseClock:
         self.last = time.monotonic()
 
     def __call__(self, what: str) -> None:
-        now, wall = time.monotonic(), time.time()
-        took = now - self.last
-        logger.debug("%s in %.3fs", what, took, extra={PHASE_RECORD: (what, wall - took, wall)})
+        now = time.monotonic()
+        logger.debug("%s in %.3fs", what, now - self.last)
         self.last = now
 
 

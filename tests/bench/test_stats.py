@@ -1,4 +1,4 @@
-"""The benchmark's interval for a median of paired ratios: exact coverage, pairing, verdicts."""
+"""The benchmark's interval for a median of paired ratios: exact coverage, pairing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.stats import median_interval, paired_ratios, verdict
+from bench.stats import median_interval, paired_ratios
 
 
 def coverage(n: int, k: int) -> float:
@@ -65,17 +65,3 @@ def test_ratios_pair_runs_of_the_same_repetition_only() -> None:
         {"launcher": "pdsh", "rep": 10, "launch_s": 0.6},
     ]
     assert paired_ratios(records, "dtrain", "pdsh", "launch_s") == [2.0, 0.5, 1.0]
-
-
-@pytest.mark.parametrize(
-    ("interval", "expected"),
-    [
-        ((0.8, 0.95), "below"),
-        ((1.02, 1.3), "above"),
-        ((0.9, 1.1), "either"),
-        ((1.0, 1.2), "either"),
-        (None, "unknown"),
-    ],
-)
-def test_verdicts(interval: tuple[float, float] | None, expected: str) -> None:
-    assert verdict(interval) == expected
