@@ -101,11 +101,17 @@ def read_result(path):
             pass
 
 
+def _reached(marks, commands):
+    # type: (List[bytes], List[str]) -> Optional[str]
+    """The last command the result file's marks say the script began, or None."""
+    numbers = [int(m) for m in marks if m.isdigit()]
+    return commands[numbers[-1]] if numbers and numbers[-1] < len(commands) else None
+
+
 def current(result, commands):
     # type: (bytes, List[str]) -> str
     """The command the result file says the script is at."""
-    numbers = [int(m) for m in result.partition(ENV_MARK)[0].split() if m.isdigit()]
-    return commands[numbers[-1]] if numbers and numbers[-1] < len(commands) else commands[0]
+    return _reached(result.partition(ENV_MARK)[0].split(), commands) or commands[0]
 
 
 def outcome(result, code, commands):
@@ -115,8 +121,7 @@ def outcome(result, code, commands):
     `code` is the shell's exit status (negative: the signal that ended it)."""
     head, found, dump = result.partition(ENV_MARK)
     marks = head.split()
-    numbers = [int(m) for m in marks if m.isdigit()]
-    at = commands[numbers[-1]] if numbers and numbers[-1] < len(commands) else None
+    at = _reached(marks, commands)
     named = "setup command `%s`" % shown(at) if at is not None else "the setup"
     if code == 0 and found:
         return environment(dump), ""
