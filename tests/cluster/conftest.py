@@ -56,7 +56,8 @@ def pytest_runtest_makereport(
 def make_cluster(request: pytest.FixtureRequest) -> Iterator[Callable[[int], Cluster]]:
     """A factory: make_cluster(n) starts an n-host cluster; all are stopped after the test.
 
-    Only one cluster can run at a time (they share 198.18.0.0/24): stop one before the next.
+    Only one cluster per process can run at a time (it owns its slot's /24): stop one before the
+    next. Another test run on this machine takes another slot (DTRAIN_TEST_CLUSTER_SLOT).
     """
     made: list[Cluster] = []
     request.node.stash[_CLUSTERS] = made

@@ -1,7 +1,8 @@
 """A real multi-host ssh cluster on one Linux machine, for tests and benchmarks.
 
 Each host is an OpenSSH server running as PID 1 of its own network, PID, UTS, IPC and mount
-namespaces, wired to a private bridge in 198.18.0.0/24 (bridge .1, host K at .(10+K)), with no
+namespaces, wired to a private bridge in 198.18.0.0/24 (bridge .1, host K at .(10+K); another /24
+of 198.18.0.0/16 with DTRAIN_TEST_CLUSTER_SLOT, see `_slot`), with no
 default route, so no packet can leave the machine. Killing a host's sshd kills everything on it.
 
 This module owns the namespaces, links, sshd processes, lock and temp dir of a cluster, and the
@@ -43,18 +44,43 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 logger = logging.getLogger(__name__)
 
-SUBNET = "198.18.0.0/24"
-BRIDGE_ADDRESS = "198.18.0.1"
-FIRST_HOST_ADDRESS = "198.18.0.11"
-MAX_HOSTS = 244  # host K is 198.18.0.(10+K), and .254 is the last usable address
+
+def _slot() -> int:
+    """Which /24 of 198.18.0.0/16 this process's clusters use: DTRAIN_TEST_CLUSTER_SLOT, 0-9.
+
+    Slot 0 (the default, and CI's) is 198.18.0.0/24. Two test runs on one machine each take
+    their own slot and run their clusters side by side; each slot has its own lock, names and
+    stale-leftover sweep, so one never waits on or removes the other's.
+    """
+    text = os.environ.get("DTRAIN_TEST_CLUSTER_SLOT", "0")
+    if not (text.isdigit() and 0 <= int(text) <= 9):
+        raise ValueError(f"DTRAIN_TEST_CLUSTER_SLOT must be 0-9, got {text!r}")
+    return int(text)
+
+
+SLOT = _slot()
+SUBNET = f"198.18.{SLOT}.0/24"
+BRIDGE_ADDRESS = f"198.18.{SLOT}.1"
+MAX_HOSTS = 244  # host K is 198.18.SLOT.(10+K), and .254 is the last usable address
 SSH_PORT = 22
-NAME_PREFIX = "dtcl"  # every link, netns and temp dir of a cluster starts with this
-WORKDIR_PREFIX = "dtrain-cluster-"
-LOCK_PATH = Path("/run/dtrain-testcluster.lock")
+# Every link, netns and temp dir of a cluster starts with this; slot 0 keeps the old names.
+NAME_PREFIX = "dtcl" if SLOT == 0 else f"dtc{SLOT}"
+WORKDIR_PREFIX = "dtrain-cluster-" if SLOT == 0 else f"dtrain-cluster{SLOT}-"
+LOCK_PATH = Path(
+    "/run/dtrain-testcluster.lock" if SLOT == 0 else f"/run/dtrain-testcluster{SLOT}.lock"
+)
 LOCK_TIMEOUT_S = 600.0
 SSHD = "/usr/sbin/sshd"
 FIREWALL_TABLE = "dtcl_firewall"
 PARTITION_TABLE = "dtcl_partition"
+
+
+def host_address(index: int) -> str:
+    """The address of host `index` (from 1) of a cluster in this slot."""
+    return f"198.18.{SLOT}.{10 + index}"
+
+
+FIRST_HOST_ADDRESS = host_address(1)
 
 _ID_RE = r"[0-9a-f]{6}"
 _NETNS_RE = re.compile(rf"^{NAME_PREFIX}{_ID_RE}-h\d+$")
@@ -191,7 +217,7 @@ class Cluster:
         # default group every other link is in).
         self._link_group = 0x10000000 | int(self.id, 16)
         self.hosts = tuple(
-            ClusterHost(name=f"h{k}", address=f"198.18.0.{10 + k}", index=k)
+            ClusterHost(name=f"h{k}", address=host_address(k), index=k)
             for k in range(1, n_hosts + 1)
         )
         self._parent_dir = workdir
@@ -1005,7 +1031,7 @@ def assert_routes_to_bridge(cluster: Cluster, address: str = FIRST_HOST_ADDRESS)
             f"{address} is routed via {device or 'nothing'} ({result.stdout.strip()}"
             f"{result.stderr.strip()}), not via {cluster.bridge}; refusing to connect",
             where=cluster.prefix,
-            hint="the cluster is down or another interface claims 198.18.0.0/24",
+            hint=f"the cluster is down or another interface claims {SUBNET}",
         )
 
 

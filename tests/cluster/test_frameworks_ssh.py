@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from dtrain.remote import procs
-from tests.cluster.netcluster import Cluster
+from tests.cluster.netcluster import Cluster, host_address
 from tests.cluster.test_launch_ssh import assert_nothing_left, run, start, wait_running
 from tests.conftest import PYTHON, ROOT, job_pids, latest_job
 from tests.launch.test_frameworks_real import PADDLE_PYTHON, TF_PYTHON, json_lines, planned_env
@@ -46,7 +46,7 @@ def test_torch_ddp_over_two_hosts_by_two_ranks_trains_identically(
     ]
     assert len({checksum for _, _, checksum in sums}) == 1
     env = planned_env(tmp_path)["worker.3"]
-    assert env["MASTER_ADDR"] == "198.18.0.11" and env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert env["MASTER_ADDR"] == host_address(1) and env["GLOO_SOCKET_IFNAME"] == "eth0"
 
 
 def test_torch_rank_killed_fails_the_job_and_leaves_nothing(
@@ -139,9 +139,7 @@ def test_paddle_sees_the_planned_endpoints_on_every_host(cluster: Cluster, tmp_p
     assert len(seen) == 6
     endpoints = seen["worker.0"]["parallel_env"]["trainer_endpoints"]
     assert endpoints[::2] == [
-        "198.18.0.11:" + endpoints[0].split(":")[1],
-        "198.18.0.12:" + endpoints[2].split(":")[1],
-        "198.18.0.13:" + endpoints[4].split(":")[1],
+        f"{host_address(k)}:" + endpoints[2 * k - 2].split(":")[1] for k in (1, 2, 3)
     ]
     for rank in range(6):
         view = seen[f"worker.{rank}"]["parallel_env"]

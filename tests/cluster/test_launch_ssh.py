@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dtrain.remote import procs, proto
-from tests.cluster.netcluster import Cluster, ClusterError
+from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster, ClusterError, host_address
 from tests.cluster.test_slurmcluster import wait_for
 from tests.conftest import (
     PYTHON,
@@ -112,9 +112,9 @@ def test_ps_demo_runs_across_hosts_with_the_scheduler_here(
     assert "[scheduler@" in result.stdout and "@h3]" in result.stdout
     plan = job_document(tmp_path)["plan"]
     by_name = {t["name"]: t for t in plan["tasks"]}
-    assert by_name["scheduler"]["env"]["DMLC_PS_ROOT_URI"] == "198.18.0.1"
+    assert by_name["scheduler"]["env"]["DMLC_PS_ROOT_URI"] == BRIDGE_ADDRESS
     assert by_name["worker.1"]["host"]["name"] == "h2"
-    assert by_name["worker.1"]["env"]["DMLC_NODE_HOST"] == "198.18.0.12"  # an IP, not "h2"
+    assert by_name["worker.1"]["env"]["DMLC_NODE_HOST"] == host_address(2)  # an IP, not "h2"
 
 
 def test_mxnet_dist_sync_trains_over_three_hosts(cluster: Cluster, tmp_path: Path) -> None:
@@ -419,7 +419,7 @@ def test_unreachable_host_at_start_starts_nothing_anywhere(
     assert result.returncode == 3, result.stderr
     assert time.monotonic() - started < 10
     assert "cannot reach 1 of 3 hosts; nothing was started" in result.stderr
-    assert "h2 (198.18.0.12:22): connection timed out after 1s" in result.stderr
+    assert f"h2 ({host_address(2)}:22): connection timed out after 1s" in result.stderr
     assert not (tmp_path / "dtrain-logs").exists()
     assert cluster_tasks(cluster) == []
 
@@ -428,7 +428,7 @@ def test_refused_connection_is_named(cluster: Cluster, tmp_path: Path) -> None:
     cluster.stop_host("h3")
     result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
     assert result.returncode == 3
-    assert "h3 (198.18.0.13:22): connection refused" in result.stderr
+    assert f"h3 ({host_address(3)}:22): connection refused" in result.stderr
 
 
 def test_unknown_host_key_fails_with_fingerprint_unless_accepted(
@@ -438,7 +438,8 @@ def test_unknown_host_key_fails_with_fingerprint_unless_accepted(
     result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
     assert result.returncode == 3, result.stderr
     assert re.search(
-        r"h1 \(198\.18\.0\.11:22\): unknown host key ssh-ed25519 SHA256:\S+", result.stderr
+        rf"h1 \({re.escape(host_address(1))}:22\): unknown host key ssh-ed25519 SHA256:\S+",
+        result.stderr,
     )
     assert "--accept-new-host-keys" in result.stderr
     accepted = run(
@@ -447,7 +448,7 @@ def test_unknown_host_key_fails_with_fingerprint_unless_accepted(
         tmp_path,
     )
     assert accepted.returncode == 0, accepted.stderr
-    assert "198.18.0.11 ssh-ed25519" in cluster.known_hosts.read_text()
+    assert f"{host_address(1)} ssh-ed25519" in cluster.known_hosts.read_text()
     again = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
     assert again.returncode == 0, again.stderr
 
@@ -460,7 +461,7 @@ def test_changed_host_key_always_fails(cluster: Cluster, tmp_path: Path) -> None
         tmp_path,
     )
     assert result.returncode == 3
-    assert "h2 (198.18.0.12:22): HOST KEY CHANGED" in result.stderr
+    assert f"h2 ({host_address(2)}:22): HOST KEY CHANGED" in result.stderr
     assert "ssh-keygen -R" in result.stderr
 
 
@@ -470,7 +471,7 @@ def test_host_without_our_key_fails_at_once_without_prompting(
     cluster.revoke_key("h3")
     result = run(cluster, ["launch", "-n", "3", "-s", "0", "--", PYTHON, BY_TASK], tmp_path)
     assert result.returncode == 3
-    assert "h3 (198.18.0.13:22): the server refused our keys as user root" in result.stderr
+    assert f"h3 ({host_address(3)}:22): the server refused our keys as user root" in result.stderr
     assert "authorized_keys" in result.stderr
 
 
@@ -602,7 +603,9 @@ def test_each_host_is_connected_once(cluster: Cluster, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     for host in cluster.hosts:  # one connection served every step: none wasted
-        said = [line for line in cluster.sshd_log(host).splitlines() if "198.18.0.1 " in line]
+        said = [
+            line for line in cluster.sshd_log(host).splitlines() if f"{BRIDGE_ADDRESS} " in line
+        ]
         assert len(said) == 1, said
         assert "Accepted publickey for root" in said[0]
 
@@ -634,11 +637,11 @@ def test_proxyjump_hosts_are_reached_through_the_jump_host(
         timeout_s=90,
     )
     assert result.returncode == 0, result.stderr
-    assert "Accepted publickey for root from 198.18.0.11" in cluster.sshd_log("h3")
+    assert f"Accepted publickey for root from {host_address(1)}" in cluster.sshd_log("h3")
     assert cluster.sshd_log("h2").count("Accepted publickey for root") == 1
     plan = job_document(tmp_path)["plan"]
     worker = next(t for t in plan["tasks"] if t["name"] == "worker.1")
-    assert worker["env"]["DMLC_NODE_HOST"] == "198.18.0.13"  # the address, not the alias
+    assert worker["env"]["DMLC_NODE_HOST"] == host_address(3)  # the address, not the alias
 
 
 def test_a_passphrase_protected_key_fails_at_once_with_what_to_do(

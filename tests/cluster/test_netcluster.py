@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import socket
 import subprocess
@@ -19,7 +20,16 @@ import paramiko
 import pytest
 
 from . import netcluster
-from .netcluster import BRIDGE_ADDRESS, Cluster, ClusterError, CommandFailed, HostProcess
+from .netcluster import (
+    BRIDGE_ADDRESS,
+    NAME_PREFIX,
+    WORKDIR_PREFIX,
+    Cluster,
+    ClusterError,
+    CommandFailed,
+    HostProcess,
+    host_address,
+)
 
 # A tiny TCP server for a host: prints "ready" once listening, answers each connection with
 # its hostname. Runs with this interpreter; the filesystem is shared between hosts.
@@ -222,7 +232,7 @@ def test_route_guard_passes_while_up_and_refuses_once_down(
 
     with pytest.raises(ClusterError, match="refusing to connect"):
         netcluster.assert_routes_to_bridge(cluster)
-    with pytest.raises(ClusterError, match=r"outside 198\.18\.0\.0/24"):
+    with pytest.raises(ClusterError, match=f"outside {re.escape(netcluster.SUBNET)}"):
         netcluster.assert_routes_to_bridge(cluster, "192.0.2.1")
 
 
@@ -232,7 +242,7 @@ def test_hosts_file_lists_aliases_or_addresses_with_slots(cluster: Cluster) -> N
     uniform = cluster.hosts_file(slots=2)
 
     assert plain.read_text() == "h1\nh2\nh3\n"
-    assert per_host.read_text() == "root@198.18.0.13 slots=4\nroot@198.18.0.11\n"
+    assert per_host.read_text() == f"root@{host_address(3)} slots=4\nroot@{host_address(1)}\n"
     assert uniform.read_text() == "h1 slots=2\nh2 slots=2\nh3 slots=2\n"
 
 
@@ -295,7 +305,7 @@ def test_partition_stalls_an_open_session_and_heal_resumes_it(cluster: Cluster) 
     cluster.partition("h3", all_traffic=True)
     with pytest.raises(socket.timeout):
         connect_from_root(h3, 1, timeout_s=0.5)
-    assert cluster.run("h3", "ip route get 198.18.0.12").returncode == 0
+    assert cluster.run("h3", f"ip route get {host_address(2)}").returncode == 0
     cluster.heal("h3")
     with pytest.raises(ConnectionRefusedError):
         connect_from_root(h3, 1, timeout_s=2)
@@ -393,7 +403,7 @@ def test_forget_host_key_is_reported_as_unknown(cluster: Cluster) -> None:
     results = ssh_all(cluster, "true")
 
     assert results["h2"].returncode == 255
-    assert "No ED25519 host key is known for 198.18.0.12" in results["h2"].stderr
+    assert f"No ED25519 host key is known for {host_address(2)}" in results["h2"].stderr
     assert "Host key verification failed" in results["h2"].stderr
     assert results["h3"].returncode == 0
 
@@ -472,7 +482,7 @@ def test_a_failed_start_tears_down_what_it_built(monkeypatch: pytest.MonkeyPatch
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert cluster.prefix not in netns + links
     assert not any(
-        p.name.startswith(f"dtrain-cluster-{cluster.id}") for p in Path("/tmp").iterdir()
+        p.name.startswith(f"{WORKDIR_PREFIX}{cluster.id}") for p in Path("/tmp").iterdir()
     )
     with Cluster(1) as again:  # the lock and the subnet were released
         assert again.run("h1", "hostname").stdout == "h1\n"
@@ -514,7 +524,7 @@ def test_cleanup_stale_removes_what_a_crashed_run_left(tmp_path: Path) -> None:
         timeout=30,
     )
     prefix = crashed.stdout.strip()
-    assert prefix.startswith("dtcl"), crashed.stderr
+    assert prefix.startswith(NAME_PREFIX), crashed.stderr
     assert any(prefix in name for name in os.listdir("/sys/class/net"))
 
     removed = netcluster.cleanup_stale()
@@ -526,7 +536,7 @@ def test_cleanup_stale_removes_what_a_crashed_run_left(tmp_path: Path) -> None:
         # cleans up stale runs too. Then it must have left nothing either (checked above).
         return
     assert f"netns {prefix}-h1" in removed
-    assert any(f"dtrain-cluster-{prefix[4:]}" in item for item in removed)
+    assert any(f"{WORKDIR_PREFIX}{prefix[4:]}" in item for item in removed)
 
 
 def test_a_pyenv_lock_left_on_one_host_stays_on_that_host(cluster: Cluster) -> None:

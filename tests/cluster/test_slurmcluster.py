@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import netcluster, slurmcluster
+from .netcluster import BRIDGE_ADDRESS
 from .slurmcluster import CONTROLLER_PORT, SlurmCluster
 
 # Each task reports where it runs: node id, hostname, addresses, and its PID and net namespaces.
@@ -64,7 +66,8 @@ def test_nodes_reach_idle_and_the_controller_listens_on_the_bridge_only(
     tcp = Path(f"/proc/{slurm_cluster.slurmctld_pid}/net/tcp").read_text().splitlines()[1:]
     listening = {line.split()[1] for line in tcp if line.split()[3] == "0A"}
     port = f"{CONTROLLER_PORT:04X}"
-    assert f"010012C6:{port}" in listening  # 198.18.0.1, little-endian
+    bridge = socket.inet_aton(BRIDGE_ADDRESS)[::-1].hex().upper()  # /proc/net/tcp: little-endian
+    assert f"{bridge}:{port}" in listening
     assert f"00000000:{port}" not in listening  # never on every address (auth/none)
 
 

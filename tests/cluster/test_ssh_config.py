@@ -16,7 +16,7 @@ from dtrain.plan.hosts import Host
 from dtrain.transport import sshconfig
 from dtrain.transport.options import SshOptions
 from dtrain.transport.ssh import SshTransport
-from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster
+from tests.cluster.netcluster import BRIDGE_ADDRESS, Cluster, host_address
 from tests.cluster.test_launch_ssh import assert_nothing_left, cluster_tasks, wait_running
 from tests.conftest import PYTHON, program, run_dtrain, start_dtrain, wait_gone
 
@@ -48,7 +48,7 @@ def resolution_config(cluster: Cluster, tmp_path: Path) -> Path:
         f"  UserKnownHostsFile {cluster.known_hosts}\n"
         "  GlobalKnownHostsFile /dev/null\n"
         "  StrictHostKeyChecking yes\n"
-        f'Match host 198.18.0.* exec "test -r {tmp_path}/id_root"\n'
+        f'Match host 198.18.* exec "test -r {tmp_path}/id_root"\n'
         "  User root\n"
         "Host *\n"
         "  User nobody-would-get-in\n"
@@ -221,13 +221,13 @@ def test_a_failing_proxyjump_hop_is_named_with_what_to_do(cluster: Cluster, tmp_
     config, hosts = bastion(cluster, tmp_path, BASTIONS["proxyjump"])
     args = ["launch", "-H", str(hosts), "--ssh-config", str(config), "--connect-timeout", "2"]
     args += ["-n", "2", "-s", "0", "--", "true"]
-    hop = "via jump host h1 (198.18.0.11:22)"
+    hop = f"via jump host h1 ({host_address(1)}:22)"
     faults = {
         "revoked": (
             lambda: cluster.revoke_key("h1"),
             lambda: cluster.restore_key("h1"),
             f"2 hosts: {hop}: the server refused our keys as user root",
-            "ssh-copy-id -p 22 root@198.18.0.11",
+            f"ssh-copy-id -p 22 root@{host_address(1)}",
         ),
         "no forwarding": (
             lambda: cluster.sshd_override("h1", "AllowTcpForwarding no"),
@@ -244,9 +244,9 @@ def test_a_failing_proxyjump_hop_is_named_with_what_to_do(cluster: Cluster, tmp_
         "h3 refuses h1": (
             lambda: cluster.firewall("h3", 22, "reject"),
             lambda: cluster.refuse_from("h2", BRIDGE_ADDRESS),  # h2 as it was
-            "h3 (198.18.0.13:22): jump host h1 could not connect to 198.18.0.13:22 "
+            f"h3 ({host_address(3)}:22): jump host h1 could not connect to {host_address(3)}:22 "
             "(Connect failed)",
-            "check that 198.18.0.13 is up and that h1 can reach its port 22",
+            f"check that {host_address(3)} is up and that h1 can reach its port 22",
         ),
     }
     for name, (fault, undo, line, hint) in faults.items():
@@ -377,10 +377,10 @@ def test_strict_host_key_checking_no_connects_through_a_changed_key_as_openssh_d
     hosts = cluster.hosts_file()
     result = launch(cluster, config, hosts, tmp_path, "-n", "3", "-s", "0", "--", "true")
     assert result.returncode == 0, result.stderr
-    assert "HOST KEY CHANGED for 198.18.0.12" in result.stderr
+    assert f"HOST KEY CHANGED for {host_address(2)}" in result.stderr
     after = cluster.known_hosts.read_text()
-    assert after.startswith(before) and "198.18.0.11 " in after[len(before) :]
-    assert "198.18.0.12" not in after[len(before) :]  # the changed key is not recorded
+    assert after.startswith(before) and f"{host_address(1)} " in after[len(before) :]
+    assert host_address(2) not in after[len(before) :]  # the changed key is not recorded
     strict = launch(cluster, cluster.ssh_config, hosts, tmp_path, "-n", "3", "--", "true")
     assert strict.returncode == 3 and "HOST KEY CHANGED" in strict.stderr
 
