@@ -112,52 +112,38 @@ class AgentSession:
         )
         self._reader.start()
 
-    def _read_exact(self, size: int) -> bytes | None:
-        """Exactly `size` bytes, or None at end of stream.
-
-        Reading a frame's payload by its length, rather than parsing a stream buffer, copies
-        each byte once: at hundreds of MB/s of task output, copies are the launcher's cost.
-        """
-        parts = []
-        while size > 0:
-            chunk = self.link.recv(min(size, READ_CHUNK))
-            if not chunk:
-                return None
-            self.last_heard = time.monotonic()
-            parts.append(chunk)
-            size -= len(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
     def _read_loop(self) -> None:
+        reader = proto.FrameReader()
         try:
-            while (header := self._read_exact(proto.HEADER.size)) is not None:
-                kind, task, length = proto.HEADER.unpack(header)
-                if length > proto.MAX_PAYLOAD:
-                    raise proto.FrameError(f"frame of {length} bytes is larger than the limit")
-                payload = self._read_exact(length) if length else b""
-                if payload is None:
-                    break
-                if kind == proto.REPLY:
-                    self.replies.put((proto.decode_json(payload), time.time()))
-                elif kind in OUTPUT_KINDS and (handler := self.output) is not None:
-                    # written out here: a slow console or disk holds this reader (and, through
-                    # ssh flow control, the agent and its tasks) back, not the supervisor
-                    self.output_since = time.monotonic()
-                    try:
-                        handler(task, kind, payload)
-                    finally:
-                        self.last_heard = time.monotonic()
-                        self.output_since = None
-                elif kind != proto.PING:
-                    self.events.put(AgentEvent(self, kind, task, payload))
-                    if self.budget is not None and kind in OUTPUT_KINDS:
-                        self.budget.take(len(payload), self._mark_heard)
+            # One read takes whatever the link holds (many frames when output is backed up), so
+            # the cost per read is shared by every frame in it.
+            while chunk := self.link.recv(READ_CHUNK):
+                self.last_heard = time.monotonic()
+                for kind, task, payload in reader.feed(chunk):
+                    self._on_frame(kind, task, payload)
         except (OSError, EOFError, proto.FrameError) as exc:
             logger.debug("stream from %s ended: %s", self.host.name, exc)
         finally:
             self.is_closed = True
             self.replies.put(None)
             self.events.put(LinkClosed(self))
+
+    def _on_frame(self, kind: int, task: int, payload: bytes) -> None:
+        if kind == proto.REPLY:
+            self.replies.put((proto.decode_json(payload), time.time()))
+        elif kind in OUTPUT_KINDS and (handler := self.output) is not None:
+            # written out here: a slow console or disk holds this reader (and, through
+            # ssh flow control, the agent and its tasks) back, not the supervisor
+            self.output_since = time.monotonic()
+            try:
+                handler(task, kind, payload)
+            finally:
+                self.last_heard = time.monotonic()
+                self.output_since = None
+        elif kind != proto.PING:
+            self.events.put(AgentEvent(self, kind, task, payload))
+            if self.budget is not None and kind in OUTPUT_KINDS:
+                self.budget.take(len(payload), self._mark_heard)
 
     def _mark_heard(self) -> None:
         self.last_heard = time.monotonic()

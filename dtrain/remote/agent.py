@@ -28,7 +28,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
-from . import checks, facts, files, probe, procs, proto, setup, spawn, stacks
+from . import checks, facts, procs, proto, setup, spawn
+
+# `probe` (doctor), `netprobe` (doctor, preflight), `stacks` and `files` (sync) are imported
+# where a request needs them: a launch's agent loads and compiles only what it uses.
 
 READ_CHUNK = 1 << 16
 HIGH_WATER = 1 << 20  # stop reading task output while this much waits for the launcher
@@ -505,25 +508,34 @@ class Agent:
 
     def op_probe(self, request):
         """Facts `dtrain doctor` compares across hosts (see probe.py)."""
+        from . import probe
+
         self.reply(dict(probe.facts(request), ok=True))
         self.last_heard = time.monotonic()  # helper programs ran inside this request: not a silence
 
     def op_listen(self, request):
+        from . import netprobe
+
         address, port = request[proto.LISTEN_ADDRESS], int(request.get(proto.LISTEN_PORT, 0))
-        self.reply(dict(probe.listen(address, port), ok=True))
+        self.reply(dict(netprobe.listen(address, port), ok=True))
 
     def op_unlisten(self, request):
-        self.reply({"ok": True, "open": probe.unlisten(request.get("ports"))})
+        from . import netprobe
+
+        self.reply({"ok": True, "open": netprobe.unlisten(request.get("ports"))})
 
     def op_connect(self, request):
+        from . import netprobe
+
         targets = request[proto.CONNECT_TARGETS]
-        results = probe.connect_all(targets, float(request.get("wait_s", 2.0)))
+        results = netprobe.connect_all(targets, float(request.get("wait_s", 2.0)))
         self.last_heard = time.monotonic()
         self.reply({"ok": True, proto.CONNECT_RESULTS: results})
 
     def op_stacks(self, request):
         """Answered from a thread: py-spy may take seconds, and a STOP or KILL from the
         launcher meanwhile must act at once."""
+        from . import stacks
 
         def work():
             try:
@@ -540,6 +552,8 @@ class Agent:
         threading.Thread(target=work, daemon=True).start()
 
     def op_sync_plan(self, request):
+        from . import files
+
         try:
             need = files.plan(request)
         except (OSError, ValueError) as exc:
@@ -554,6 +568,8 @@ class Agent:
         self.reply({"ok": True, proto.SYNC_NEED: need})
 
     def op_sync_put(self, request):
+        from . import files
+
         receiver = files.Receiver(request["dst"], request["files"])
 
         def on_data(payload):

@@ -19,7 +19,8 @@ from pathlib import Path
 from dtrain import remote
 
 REMOTE_MODULES = (
-    "proto", "procs", "spawn", "files", "stacks", "probe", "setup", "facts", "checks", "agent"
+    "proto", "procs", "spawn", "files", "stacks", "probe", "netprobe", "setup", "facts", "checks",
+    "agent",
 )  # fmt: skip
 
 TOO_OLD_EXIT = 65  # the agent's python cannot run it: the remote command tries the next one
@@ -31,8 +32,9 @@ AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 
 # The boot code runs under whatever python3 the host has (it checks the version before anything
 # else, so it stays Python 3.0-compatible syntax: no f-strings). It reads the agent's compressed
-# sources from stdin, compiles them as the modules of one package and runs the agent: nothing
-# is written on the host.
+# sources from stdin and serves them as the modules of one package through an import finder,
+# so each module is compiled when the agent first imports it (a launch never compiles doctor's
+# probes); then it runs the agent. Nothing is written on the host.
 _BOOT = """import json,os,sys,types,zlib
 v=sys.version.split()[0]
 if sys.version_info<(3,6):
@@ -44,11 +46,19 @@ while len(b)<n:
  c=os.read(0,n-len(b))
  if not c:sys.exit(70)
  b+=c
-p=types.ModuleType("_dtrain_remote");p.__path__=[];sys.modules[p.__name__]=p
-for k,s in json.loads(zlib.decompress(b).decode()):
- m=types.ModuleType(p.__name__+"."+k);m.__package__=p.__name__;sys.modules[m.__name__]=m;setattr(p,k,m)
- exec(compile(s,"dtrain/remote/"+k+".py","exec"),m.__dict__)
-sys.modules[p.__name__+".agent"].main()
+from importlib.machinery import ModuleSpec
+P="_dtrain_remote."
+S=dict(json.loads(zlib.decompress(b).decode()))
+class Sources:
+ def find_spec(self,name,path,target=None):
+  if name.startswith(P) and name[len(P):] in S:return ModuleSpec(name,self)
+ def create_module(self,spec):return None
+ def exec_module(self,m):
+  k=m.__name__[len(P):];exec(compile(S[k],"dtrain/remote/"+k+".py","exec"),m.__dict__)
+p=types.ModuleType(P[:-1]);p.__path__=[];sys.modules[p.__name__]=p
+sys.meta_path.insert(0,Sources())
+import _dtrain_remote.agent
+_dtrain_remote.agent.main()
 """
 
 
