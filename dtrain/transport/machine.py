@@ -35,20 +35,10 @@ def local_address(toward: Sequence[str], here: Mapping[str, str] | None = None) 
     return "127.0.0.1"
 
 
-def lookup_name(name: str) -> str | bytes:
-    """`name` as getaddrinfo takes it without the idna codec, where it is ASCII: given a str,
-    getaddrinfo encodes it by that codec, whose import on first use (~2 ms) fell on a launch's
-    way to its first connection."""
-    try:
-        return name.encode("ascii")
-    except UnicodeEncodeError:
-        return name
-
-
 def resolve_address(name: str) -> str | None:
     """The first address a name resolves to, or None."""
     try:
-        infos = socket.getaddrinfo(lookup_name(name), None, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except OSError:
         return None
     return str(infos[0][4][0]) if infos else None

@@ -25,7 +25,6 @@ from dtrain.errors import Problem, RemoteError, UsageError
 from dtrain.plan.hosts import Host, check_same_targets
 from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import agent_payload, remote_command
-from dtrain.transport.machine import lookup_name
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.proxy import ProxySocket
 from dtrain.transport.ssherrors import (
@@ -328,7 +327,7 @@ class SshTransport:
                 hop = hop_host(user, name, port)
                 raise HopFailed(hop, target, exc, is_forwarding=True) from exc
         sock = socket.create_connection(
-            (lookup_name(target.hostname), target.port),  # type: ignore[arg-type]  # bytes: no idna
+            (target.hostname, target.port),
             timeout=target.connect_timeout_s,
         )
         # paramiko sets no socket options: Nagle + delayed ACK cost ~40 ms per round trip.
