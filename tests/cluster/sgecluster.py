@@ -286,12 +286,33 @@ class SgeCluster:
         extra: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         host: HostName = None,
+        cwd: str | Path | None = None,
     ) -> str:
-        """qsub a script of `body` as a `-pe PE slots` job; its id. Output goes to
-        jobs_dir/<name>.o<id> and .e<id> (see outcome())."""
-        script = self.write_script(body)
-        argv = ["qsub", "-terse", "-cwd", "-N", script.stem, "-pe", pe, str(slots), *extra]
-        done = self.run([*argv, str(script)], host, check=True, env=env)
+        """qsub a script of `body` as a `-pe PE slots` job (`slots` 0: no PE) from `cwd`
+        (default jobs_dir), where it runs; its id. Its output goes to jobs_dir/<name>.o<id>
+        and .e<id> (see wait())."""
+        return self.submit_script(
+            self.write_script(body), slots, pe=pe, extra=extra, env=env, host=host, cwd=cwd
+        )
+
+    def submit_script(
+        self,
+        script: Path,
+        slots: int,
+        *,
+        pe: str = PE,
+        extra: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        host: HostName = None,
+        cwd: str | Path | None = None,
+    ) -> str:
+        """qsub an existing script file, as submit() does (its own `#$` lines count, and the
+        options given here override them)."""
+        out = f"{self.jobs_dir}/"
+        argv = ["qsub", "-terse", "-cwd", "-N", script.stem, "-o", out, "-e", out]
+        if slots:
+            argv += ["-pe", pe, str(slots)]
+        done = self.run([*argv, *extra, str(script)], host, check=True, env=env, cwd=cwd)
         job_id = done.stdout.strip().split(".")[0]
         if not job_id.isdigit():
             raise ClusterError(f"qsub printed no job id: {done.stdout!r} {done.stderr!r}")
@@ -673,7 +694,7 @@ allocation_rule    $round_robin
 control_slaves     {"TRUE" if control_slaves else "FALSE"}
 job_is_first_task  FALSE
 urgency_slots      min
-accounting_summary FALSE
+accounting_summary TRUE
 qsort_args         NONE
 """
 
