@@ -50,11 +50,12 @@ from dtrain.plan.hosts import Host, local_host
 from dtrain.plan.spec import Framework, JobPlan, Role
 from dtrain.render.console import TerminalConsole
 from dtrain.transport.machine import local_hostname, usable_cores
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import SshOptions
 from dtrain.where import allocation_from_flags, where_to_run
 
 if TYPE_CHECKING:
     from dtrain.processes import results
+    from dtrain.transport.engine import EngineOptions
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -257,10 +258,11 @@ def launch(**given: Any) -> None:
     request, options = config_from_flags(flags)
     job_id = new_job_id()
     if flags.dry_run:
-        if options.slurm is not None and options.slurm.nodes is not None:
-            placeholders = tuple(Host(f"node{i + 1}") for i in range(options.slurm.nodes))
+        count = options.engine.allocate_count if options.engine is not None else None
+        if count is not None:
+            placeholders = tuple(Host(f"node{i + 1}") for i in range(count))
             request = with_slurm_hosts(request, placeholders)
-        print_dry_run(request, job_id, options.ssh, flags.as_json, slurm=options.slurm)
+        print_dry_run(request, job_id, options.ssh, flags.as_json, engine=options.engine)
         return
     stderr = sys.stderr.buffer
     console = TerminalConsole(stderr if flags.as_json else sys.stdout.buffer, stderr)
@@ -388,10 +390,10 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
         preflight=not flags.no_preflight,
         kill_command=kill_command_for(flags.hostfile, flags.ssh_config),
-        slurm=where.slurm,
+        engine=where.engine,
         take_stacks=not flags.no_stacks,
     )
-    if where.slurm is not None and where.hosts:
+    if where.engine is not None and where.engine.owns_hosts and where.hosts:
         request = with_slurm_hosts(request, where.hosts)
     if where.note is not None and not flags.dry_run:
         click.echo(f"dtrain: {where.note}", err=True)
@@ -403,16 +405,21 @@ def print_dry_run(
     job_id: str,
     ssh: SshOptions,
     as_json: bool,
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
 ) -> None:
     """The plan, made with what can be known without connecting anywhere."""
-    facts, unresolved = dry_run_facts(request, job_id, ssh, through_slurm=slurm is not None)
+    facts, unresolved = dry_run_facts(request, job_id, ssh, through_engine=engine is not None)
     plan = planner.plan_job(request, facts)
     note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
-    if slurm is not None:
-        unresolved = []  # Slurm's node names need not resolve here: the agents connect back
-        if slurm.nodes is not None:
-            note += f"\nnote: node1..node{slurm.nodes} stand for the nodes Slurm will allocate"
+    if engine is not None:
+        unresolved = []  # an engine's host names need not resolve here: the agents connect back
+        remote = [host for host in request.hosts if not host.is_local]
+        from dtrain.transport.connectback import shown_command
+
+        note += f"\nstarter: {shown_command(engine.starter_command(remote))}"
+        if engine.allocate_count is not None:
+            count = engine.allocate_count
+            note += f"\nnote: node1..node{count} stand for the nodes Slurm will allocate"
     if unresolved:
         note += (
             f"\nnote: {', '.join(unresolved)} "
@@ -517,7 +524,7 @@ def ps_command(
         ssh,
         job,
         remote_python=remote_python,
-        slurm=where.slurm,
+        engine=where.engine,
         cpu_window_s=sweep.PS_CPU_WINDOW_S,
     )
     dead = joblog.dead_launcher_jobs(root, local_hostname(), job)
@@ -584,7 +591,7 @@ def kill_command(
             grace_s=grace,
             dry_run=dry_run,
             remote_python=remote_python,
-            slurm=where.slurm,
+            engine=where.engine,
         ).values()
     )
     outcome = results.kill_outcome(kills)
@@ -651,7 +658,7 @@ def stacks_command(
         native=native,
         per_process_s=per_process_s,
         remote_python=remote_python,
-        slurm=where.slurm,
+        engine=where.engine,
     )
     report = stacks.with_files(report, root, datetime.now().strftime("%Y%m%d-%H%M%S"))
     if as_json:
@@ -750,7 +757,7 @@ def doctor(
     console = TerminalConsole(sys.stdout.buffer, sys.stderr.buffer)
     try:
         report = gather.run_doctor(
-            request, ssh, remote_python, slurm=where.slurm, setup_output=console.setup_output
+            request, ssh, remote_python, engine=where.engine, setup_output=console.setup_output
         )
     finally:
         console.close()

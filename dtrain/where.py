@@ -1,5 +1,5 @@
 """Which hosts a command acts on, and how their agents start: -H, --launcher and the Slurm
-allocation this shell may be in."""
+allocation this shell may be in. The one place an engine is chosen."""
 
 from __future__ import annotations
 
@@ -13,16 +13,23 @@ from dtrain.errors import UsageError
 from dtrain.inputfiles import read_hosts
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host
+from dtrain.transport.engine import EngineOptions
 from dtrain.transport.options import SlurmOptions
 
 
 @dataclass(frozen=True)
 class Where:
-    """Which hosts a command acts on, and whether their agents start through Slurm."""
+    """Which hosts a command acts on, and the engine that starts their agents (None: ssh,
+    and this machine's own)."""
 
     hosts: tuple[Host, ...]
-    slurm: SlurmOptions | None = None
+    engine: EngineOptions | None = None
     note: str | None = None  # `inside Slurm job 1234: 4 nodes h[1-4]`
+
+    @property
+    def slurm(self) -> SlurmOptions | None:
+        """The Slurm options, when Slurm is the engine."""
+        return self.engine if isinstance(self.engine, SlurmOptions) else None
 
 
 def srun_note(line: str) -> None:
