@@ -109,7 +109,7 @@ def setup_options(func: F) -> F:
     return func
 
 
-LAUNCHERS = ("auto", "local", "ssh", "slurm")
+LAUNCHERS = ("auto", "local", "ssh", "slurm", "sge")
 
 
 def launcher_option(func: F) -> F:
@@ -119,7 +119,8 @@ def launcher_option(func: F) -> F:
         default="auto",
         show_default=True,
         help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
-        "(salloc, sbatch) its nodes through Slurm; else this machine only.",
+        "(salloc, sbatch) its nodes through Slurm; inside a Grid Engine PE job (qsub -pe) "
+        "its hosts through qrsh -inherit; else this machine only.",
     )(func)
 
 

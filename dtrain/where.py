@@ -1,5 +1,5 @@
 """Which hosts a command acts on, and how their agents start: -H, --launcher and the Slurm
-allocation this shell may be in. The one place an engine is chosen."""
+allocation or Grid Engine job this shell may be in. The one place an engine is chosen."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from dtrain.errors import UsageError
 from dtrain.inputfiles import read_hosts
+from dtrain.plan import sge as plan_sge
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host
 from dtrain.transport.engine import EngineOptions
@@ -61,12 +62,21 @@ def where_to_run(
             "-H and --launcher slurm: Slurm chooses the nodes",
             hint="drop -H to run on the allocation's nodes, or pass --launcher ssh",
         )
+    if launcher == "sge" and hostfile is not None:
+        raise UsageError(
+            "-H and --launcher sge: the Grid Engine job's PE_HOSTFILE names the hosts",
+            hint="drop -H to run on the job's hosts, or pass --launcher ssh",
+        )
     if launcher == "ssh" and hostfile is None:
         raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
     if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
         return Where(read_hosts(hostfile) if launcher != "local" else ())
     if allocation is not None:
         return Where((), allocation)
+    if launcher == "sge" or (
+        launcher == "auto" and plan_sge.in_job(env) and not plan_slurm.in_allocation(env)
+    ):
+        return sge_job(env, required=launcher == "sge")
     if not plan_slurm.in_allocation(env):
         if launcher == "slurm":
             inside = "run dtrain inside the allocation (salloc, sbatch, srun --pty bash)"
@@ -83,6 +93,26 @@ def where_to_run(
     summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
     note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
     return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
+
+
+def sge_job(env: Mapping[str, str], required: bool) -> Where:
+    """The Grid Engine PE job this shell runs in: its hosts, one qrsh -inherit each. A job
+    without a PE (one slot on one host) is this machine alone, unless --launcher sge."""
+    if not required and not env.get(plan_sge.HOSTFILE_VAR):
+        serial = env.get(plan_sge.JOB_ID_VAR)
+        note = f"inside Grid Engine job {serial} without a parallel environment: this machine only"
+        return Where((), note=note)
+    if not plan_sge.in_job(env):
+        raise UsageError(
+            "--launcher sge outside a Grid Engine job",
+            hint=f"{plan_sge.SUBMIT_HINT} with dtrain launch in job.sh (README: Grid Engine), "
+            "or pass -H hosts",
+        )
+    from dtrain.transport import sge
+
+    job = sge.current_job(env)
+    options = sge.SgeOptions(job.job_id, job.pe, on_note=srun_note)
+    return Where(job.hosts, options, f"inside Grid Engine job {job.job_id}: {job.summary()}")
 
 
 def allocation_from_flags(

@@ -112,3 +112,17 @@ def inherit_argv(host: str, command: Sequence[str]) -> list[str]:
     agent there, never its argv). qrsh joins its arguments for the host's login shell, as ssh
     does, so `command` goes as one quoted word."""
     return ["qrsh", "-inherit", "-nostdin", "-V", host, shlex.join(command)]
+
+
+def local_name(hostname: str, names: Sequence[str]) -> str | None:
+    """Which of the job's host names is this machine (`hostname`): the same
+    name, else the same first label (`node1` and `node1.cluster`); None if neither."""
+    wanted = hostname.lower()
+    for name in names:
+        if name.lower() == wanted:
+            return name
+    short = wanted.split(".")[0]
+    for name in names:
+        if name.lower().split(".")[0] == short:
+            return name
+    return None
