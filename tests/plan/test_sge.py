@@ -121,3 +121,20 @@ def test_any_text_is_hosts_or_one_usage_error(text: str) -> None:
 def test_any_command_survives_qrsh_joining_it_for_the_shell(command: list[str]) -> None:
     argv = sge.inherit_argv("h", command)
     assert shlex.split(argv[-1]) == command
+
+
+@pytest.mark.parametrize(
+    ("hostname", "names", "found"),
+    [
+        ("node1", ["node2", "node1"], "node1"),
+        ("NODE1", ["node1"], "node1"),
+        ("node1", ["node1.cluster", "node2.cluster"], "node1.cluster"),
+        ("node1.cluster", ["node1"], "node1"),
+        ("login", ["node1", "node2"], None),
+        ("node1", ["node10"], None),
+    ],
+)
+def test_this_machine_is_the_job_host_with_its_name_or_first_label(
+    hostname: str, names: list[str], found: str | None
+) -> None:
+    assert sge.local_name(hostname, names) == found
