@@ -194,8 +194,9 @@ class Starter(Protocol):
         """What to say when no agent came for a while (the starter itself is silent)."""
         ...
 
-    def ended_why(self, job_id: str) -> str | None:
-        """Why the scheduler ended the job (cancelled, a time limit), if it did."""
+    def ended_why(self, job_id: str, returncodes: Sequence[int | None]) -> str | None:
+        """Why the scheduler ended the job (cancelled, a time limit), if it did; `returncodes`:
+        the starter's processes' (None: still running)."""
         ...
 
 
@@ -305,7 +306,8 @@ class ConnectBack:
         """Why the scheduler ended this job, if it did; asked once, when a connection closes."""
         with self._why_lock:
             if self._why is None:
-                self._why = self.starter.ended_why(self.job_id) or ""
+                codes = [proc.poll() for proc in self.procs]
+                self._why = self.starter.ended_why(self.job_id, codes) or ""
             return self._why or None
 
     def command(self) -> list[str]:

@@ -238,7 +238,7 @@ class SrunStarter:
             f"{QUIET_NOTE_S:.0f}s{why}{limit}"
         )
 
-    def ended_why(self, job_id: str) -> str | None:
+    def ended_why(self, job_id: str, returncodes: Sequence[int | None]) -> str | None:
         return _ended_why(job_id) if job_id.isdigit() else None
 
 
