@@ -211,7 +211,7 @@ class SrunStarter:
     names_by_order = False
 
     def processes(
-        self, command: Sequence[str], nodes: Sequence[str] | None, count: int
+        self, command: Sequence[str], nodes: Sequence[str] | None, count: int, address: str
     ) -> list[StarterProcess]:
         argv = slurm.agent_step_argv(nodes, count, command, self.job_name, self.srun_args)
         argv[0] = _slurm_command("srun")
