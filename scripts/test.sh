@@ -16,10 +16,11 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm"
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, Open MPI, MPICH"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null || ! command -v nc >/dev/null \
-    || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null; then
+    || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null \
+    || ! command -v mpirun.openmpi >/dev/null || ! command -v mpiexec.hydra >/dev/null; then
     apt-get update -qq
 fi
 # The tests start every daemon themselves (sshd per host; slurmctld and one slurmd per host, see
@@ -30,6 +31,7 @@ apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
     netcat-openbsd \
     slurmctld slurmd slurm-client \
+    openmpi-bin mpich \
     >/dev/null
 
 PYTHON=${PYTHON:-python3}
