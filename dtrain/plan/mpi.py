@@ -56,8 +56,10 @@ def check_hosts(hosts: Sequence[Host]) -> None:
     for host in hosts:
         if host.user is not None or host.port is not None:
             where = f"{host.origin.path}:{host.origin.line}: " if host.origin else ""
+            written = f"{host.user}@{host.name}" if host.user else host.name
+            written += f":{host.port}" if host.port is not None else ""
             raise UsageError(
-                f'{where}"{host.display}": mpirun takes host names only, no user or port',
+                f'{where}"{written}": mpirun takes host names only, no user or port',
                 hint="set User and Port for that host in the ssh config (--ssh-config FILE)",
             )
 
