@@ -37,6 +37,7 @@ from dtrain.flags import (
     launcher_option,
     log_dir_option,
     make_ssh_options,
+    mpi_options,
     remote_python_option,
     setup_options,
     ssh_options,
@@ -51,7 +52,7 @@ from dtrain.plan.spec import Framework, JobPlan, Role
 from dtrain.render.console import TerminalConsole
 from dtrain.transport.machine import local_hostname, usable_cores
 from dtrain.transport.options import SshOptions
-from dtrain.where import allocation_from_flags, where_to_run
+from dtrain.where import MpiFlags, allocation_from_flags, where_to_run
 
 if TYPE_CHECKING:
     from dtrain.processes import results
@@ -156,6 +157,7 @@ ROLE_ENV_FLAGS = {
 )
 @hosts_option
 @launcher_option
+@mpi_options
 @allocation_options
 @click.option(
     "--framework",
@@ -286,6 +288,8 @@ class LaunchFlags:
     num_servers: int | None
     hostfile: Path | None
     launcher: str
+    mpirun: str | None
+    mpi_args: tuple[str, ...]
     nodes: int | None
     partition: str | None
     time_limit: str | None
@@ -339,7 +343,10 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         flags.gpus_per_node,
         flags.srun_args,
     )
-    where = where_to_run(flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True)
+    mpi = MpiFlags(flags.mpirun, flags.mpi_args)
+    where = where_to_run(
+        flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True, mpi=mpi
+    )
     role_env = {
         role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
         for role, items in (
@@ -475,6 +482,7 @@ def finish_sweep(
 @cli.command("ps", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
+@mpi_options
 @job_option
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
@@ -484,6 +492,8 @@ def finish_sweep(
 def ps_command(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     job: str | None,
     log_dir: str,
     remote_python: str,
@@ -518,7 +528,7 @@ def ps_command(
     from dtrain.render import processes as shown
 
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     found = sweep.scan(
         where.hosts,
         ssh,
@@ -539,6 +549,7 @@ def ps_command(
 @cli.command("kill", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
+@mpi_options
 @job_option
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
@@ -555,6 +566,8 @@ def ps_command(
 def kill_command(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     job: str | None,
     dry_run: bool,
     grace: float,
@@ -582,7 +595,7 @@ def kill_command(
     from dtrain.render import processes as shown
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     kills = list(
         sweep.kill(
             where.hosts,
@@ -602,6 +615,7 @@ def kill_command(
 @cli.command("stacks", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
+@mpi_options
 @job_option
 @click.option("--native", is_flag=True, help="Also the C/C++ frames (ps-lite, gloo, NCCL).")
 @click.option(
@@ -620,6 +634,8 @@ def kill_command(
 def stacks_command(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     job: str | None,
     native: bool,
     per_process_s: float,
@@ -650,7 +666,7 @@ def stacks_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     report = stacks.take(
         where.hosts,
         ssh,
@@ -690,6 +706,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @hosts_option
 @launcher_option
+@mpi_options
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
 @workdir_option
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
@@ -704,6 +721,8 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 def doctor(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     port: int | None,
     workdir: Path | None,
     sync_dst_dir: str | None,
@@ -735,7 +754,7 @@ def doctor(
     from dtrain.doctor import gather
     from dtrain.render import doctor as shown
 
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     request = gather.DoctorRequest(
         hosts=where.hosts,
         command=command,

@@ -11,6 +11,7 @@ import click
 
 from dtrain.errors import UsageError
 from dtrain.inputfiles import read_hosts
+from dtrain.plan import mpi as plan_mpi
 from dtrain.plan import sge as plan_sge
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host
@@ -33,6 +34,14 @@ class Where:
         return self.engine if isinstance(self.engine, SlurmOptions) else None
 
 
+@dataclass(frozen=True)
+class MpiFlags:
+    """`--mpirun PATH` and `--mpi-arg ARG`: for `--launcher mpi` only."""
+
+    mpirun: str | None = None
+    args: tuple[str, ...] = ()
+
+
 def srun_note(line: str) -> None:
     """That srun waits (its own lines, or dtrain's word when it is silent), on stderr as it
     happens, not only in the error once the agents' wait ends: stdout stays the result."""
@@ -45,6 +54,7 @@ def where_to_run(
     env: Mapping[str, str],
     allocation: SlurmOptions | None = None,
     can_allocate: bool = False,
+    mpi: MpiFlags = MpiFlags(),
 ) -> Where:
     """-H, --launcher and the Slurm allocation this shell may be in, as hosts and an engine.
 
@@ -67,6 +77,11 @@ def where_to_run(
             "-H and --launcher sge: the Grid Engine job's PE_HOSTFILE names the hosts",
             hint="drop -H to run on the job's hosts, or pass --launcher ssh",
         )
+    if launcher != "mpi" and mpi != MpiFlags():
+        flag = "--mpirun" if mpi.mpirun is not None else "--mpi-arg"
+        raise UsageError(f"{flag} is for --launcher mpi", hint="add --launcher mpi, or drop it")
+    if launcher == "mpi":
+        return _through_mpi(hostfile, mpi)
     if launcher == "ssh" and hostfile is None:
         raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
     if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
@@ -93,6 +108,19 @@ def where_to_run(
     summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
     note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
     return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
+
+
+def _through_mpi(hostfile: Path | None, flags: MpiFlags) -> Where:
+    """`--launcher mpi -H hosts`: the hosts file's hosts, their agents from one mpirun (found
+    and recognised here: a missing or unknown mpirun is one line, nothing started)."""
+    if hostfile is None:
+        raise UsageError("--launcher mpi needs -H hosts", hint="pass -H FILE (see hosts.example)")
+    hosts = read_hosts(hostfile)
+    plan_mpi.check_hosts([host for host in hosts if not host.is_local])
+    from dtrain.transport import mpi
+
+    mpirun = mpi.find_mpirun(flags.mpirun)
+    return Where(hosts, mpi.MpiOptions(mpirun, flags.args, on_note=srun_note))
 
 
 def sge_job(env: Mapping[str, str], required: bool) -> Where:

@@ -16,10 +16,11 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, Grid Engine"
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, Open MPI, MPICH, Grid Engine"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null || ! command -v nc >/dev/null \
     || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null \
+    || ! command -v mpirun.openmpi >/dev/null || ! command -v mpiexec.hydra >/dev/null \
     || ! [ -x /usr/lib/gridengine/sge_qmaster ] || ! [ -x /usr/lib/gridengine/sge_execd ] || ! command -v qrsh >/dev/null; then
     apt-get update -qq
 fi
@@ -36,6 +37,7 @@ apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
     netcat-openbsd \
     slurmctld slurmd slurm-client \
+    openmpi-bin mpich \
     gridengine-master gridengine-exec gridengine-client \
     >/dev/null
 

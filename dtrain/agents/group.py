@@ -306,7 +306,7 @@ class AgentGroup:
         if self.engine is None:
             auto = self.remote_python == "auto"
             pythons = AGENT_PYTHONS if auto else (self.remote_python,)
-            self.engine = self.engine_options.make_engine(pythons)
+            self.engine = self.engine_options.make_engine(pythons, self.ssh_options)
         return self.engine
 
     def allocate(self, count: int) -> tuple[Host, ...]:

@@ -180,10 +180,11 @@ class Starter(Protocol):
         ...
 
     def processes(
-        self, command: Sequence[str], nodes: Sequence[str] | None, count: int
+        self, command: Sequence[str], nodes: Sequence[str] | None, count: int, address: str
     ) -> list[StarterProcess]:
         """What to run so that `command` runs once on each of `nodes` (or on `count` nodes
-        the scheduler chooses, when `nodes` is None)."""
+        the scheduler chooses, when `nodes` is None); `address` is this machine's, where the
+        agents connect (a starter whose own daemons call home may need to say it)."""
         ...
 
     def note(self, line: str) -> str | None:
@@ -194,8 +195,9 @@ class Starter(Protocol):
         """What to say when no agent came for a while (the starter itself is silent)."""
         ...
 
-    def ended_why(self, job_id: str) -> str | None:
-        """Why the scheduler ended the job (cancelled, a time limit), if it did."""
+    def ended_why(self, job_id: str, returncodes: Sequence[int | None]) -> str | None:
+        """Why the scheduler ended the job (cancelled, a time limit), if it did; `returncodes`:
+        the starter's processes' (None: still running)."""
         ...
 
 
@@ -305,7 +307,8 @@ class ConnectBack:
         """Why the scheduler ended this job, if it did; asked once, when a connection closes."""
         with self._why_lock:
             if self._why is None:
-                self._why = self.starter.ended_why(self.job_id) or ""
+                codes = [proc.poll() for proc in self.procs]
+                self._why = self.starter.ended_why(self.job_id, codes) or ""
             return self._why or None
 
     def command(self) -> list[str]:
@@ -314,7 +317,8 @@ class ConnectBack:
     def start(self, address: str) -> None:
         """Listen, then run the starter; the agents are accepted by `accept`."""
         env = self.listen(address)
-        for process in self.starter.processes(self.command(), self.nodes, self.count):
+        starting = self.starter.processes(self.command(), self.nodes, self.count, address)
+        for process in starting:
             logger.debug("agent starter: %s", shown_command(process.argv))
             proc = subprocess.Popen(
                 process.argv,
@@ -336,10 +340,13 @@ class ConnectBack:
         listener.bind((address, 0))
         listener.listen(min(self.count, 4096))
         self._listener = listener
-        env = {k: v for k, v in os.environ.items() if k not in NOT_EXPORTED}
-        env[KEY_VAR] = self._key.hex()
         port = listener.getsockname()[1]
-        env[CONNECT_VAR] = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        # first, not last: MPICH 4.0's hydra drops the last variable of its environment
+        env = {
+            KEY_VAR: self._key.hex(),
+            CONNECT_VAR: f"[{address}]:{port}" if ":" in address else f"{address}:{port}",
+        }
+        env.update((k, v) for k, v in os.environ.items() if k not in NOT_EXPORTED)
         return env
 
     def _read_stderr(self, proc: subprocess.Popen[bytes]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from dtrain.errors import Problem
 from dtrain.plan.hosts import Host
 from dtrain.transport.link import Link
+from dtrain.transport.options import SshOptions
 
 
 class Engine(Protocol):
@@ -56,8 +57,9 @@ class EngineOptions(Protocol):
         runs on them (the launcher may sit on a login node)."""
         ...
 
-    def make_engine(self, pythons: Sequence[str]) -> Engine:
-        """The engine, with the agent run under the first of `pythons` a host has."""
+    def make_engine(self, pythons: Sequence[str], ssh: SshOptions) -> Engine:
+        """The engine, with the agent run under the first of `pythons` a host has; `ssh`
+        is how dtrain was told to reach hosts (a starter that runs ssh itself follows it)."""
         ...
 
     def starter_command(self, hosts: Sequence[Host]) -> list[str]:

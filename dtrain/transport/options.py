@@ -50,7 +50,7 @@ class SlurmOptions:
     def owns_hosts(self) -> bool:
         return True
 
-    def make_engine(self, pythons: Sequence[str]) -> Engine:
+    def make_engine(self, pythons: Sequence[str], ssh: SshOptions) -> Engine:
         from dtrain.transport.slurm import SlurmEngine
 
         return SlurmEngine(self, pythons)

@@ -38,6 +38,7 @@ from dtrain.transport.connectback import (
 )
 from dtrain.transport.link import Link
 from dtrain.transport.machine import local_hostname, route_address
+from dtrain.transport.options import SshOptions
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class QrshStarter:
     names_by_order = False
 
     def processes(
-        self, command: Sequence[str], nodes: Sequence[str] | None, count: int
+        self, command: Sequence[str], nodes: Sequence[str] | None, count: int, address: str
     ) -> list[StarterProcess]:
         if nodes is None:
             raise ConnectError("a Grid Engine job's hosts come from its PE_HOSTFILE")
@@ -104,7 +105,7 @@ class QrshStarter:
             f"host(s) after {QUIET_NOTE_S:.0f}s{limit}"
         )
 
-    def ended_why(self, job_id: str) -> str | None:
+    def ended_why(self, job_id: str, returncodes: Sequence[int | None]) -> str | None:
         return None  # qdel ends the launcher too: nobody is left to be told
 
 
@@ -168,7 +169,7 @@ class SgeOptions:
     def owns_hosts(self) -> bool:
         return True
 
-    def make_engine(self, pythons: Sequence[str]) -> SgeEngine:
+    def make_engine(self, pythons: Sequence[str], ssh: SshOptions) -> SgeEngine:
         return SgeEngine(self, pythons)
 
     def starter_command(self, hosts: Sequence[Host]) -> list[str]:

@@ -211,7 +211,7 @@ class SrunStarter:
     names_by_order = False
 
     def processes(
-        self, command: Sequence[str], nodes: Sequence[str] | None, count: int
+        self, command: Sequence[str], nodes: Sequence[str] | None, count: int, address: str
     ) -> list[StarterProcess]:
         argv = slurm.agent_step_argv(nodes, count, command, self.job_name, self.srun_args)
         argv[0] = _slurm_command("srun")
@@ -238,7 +238,7 @@ class SrunStarter:
             f"{QUIET_NOTE_S:.0f}s{why}{limit}"
         )
 
-    def ended_why(self, job_id: str) -> str | None:
+    def ended_why(self, job_id: str, returncodes: Sequence[int | None]) -> str | None:
         return _ended_why(job_id) if job_id.isdigit() else None
 
 
