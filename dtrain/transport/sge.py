@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,6 +47,7 @@ HOST_VAR = "DTRAIN_AGENT_HOST"  # the PE_HOSTFILE name its qrsh was given: the a
 STARTUP_TIMEOUT_S = 60.0  # qrsh -inherit does not queue: the execd starts the task or refuses
 QRSH_EXIT_S = 3.0
 QUIET_NOTE_S = 5.0
+QCONF_TIMEOUT_S = 10.0
 # The agent leaves the shepherd's process group, which qdel SIGKILLs (for a job of root's, that
 # is all it kills): it outlives it long enough to stop its tasks and their descendants, as it
 # does when the launcher's link closes, which qdel's kill of the launcher does at once. Killed
@@ -139,10 +141,13 @@ class SgeEngine(ConnectBackEngine):
         return {"name": "sge", "job_id": self.options.job_id, "pe": self.options.pe}
 
     def open_links(self, hosts: Sequence[Host]) -> tuple[dict[str, Link], dict[str, Problem]]:
-        """As every connect-back engine; a host whose execd refused the task because the PE
-        does not allow it is the job's setup, said once, not a problem per host."""
+        """As every connect-back engine. An execd that refused the task ("didn't accept
+        task") because the PE does not let jobs start tasks is the job's setup, said once;
+        one that refused it with control_slaves TRUE ran out of the job's slots there (a
+        second qrsh beside the launch's agent: ps, kill) and is that host's problem."""
         links, problems = super().open_links(hosts)
-        if any(REFUSED in (problem.hint or "") for problem in problems.values()):
+        refused = [key for key, problem in problems.items() if REFUSED in (problem.hint or "")]
+        if refused and pe_allows_tasks(self.options.pe) is not True:
             raise UsageError(
                 f"Grid Engine job {self.options.job_id}'s parallel environment \""
                 f'{self.options.pe}" does not let it start tasks on its hosts '
@@ -150,7 +155,36 @@ class SgeEngine(ConnectBackEngine):
                 hint=f"submit with a PE whose control_slaves is TRUE (qconf -sp "
                 f"{self.options.pe or 'NAME'} shows it), or pass -H hosts to use ssh",
             )
+        for key in refused:
+            problems[key] = replace(
+                problems[key],
+                hint="its execd runs as many of the job's tasks as the job has slots there, "
+                "and dtrain's launch holds one: submit with more slots per host, or pass "
+                "-H hosts to reach the hosts over ssh",
+            )
         return links, problems
+
+
+def pe_allows_tasks(pe: str) -> bool | None:
+    """The PE's control_slaves as `qconf -sp PE` shows it; None when qconf cannot say."""
+    qconf = shutil.which("qconf")
+    if not pe or qconf is None:
+        return None
+    try:
+        shown = subprocess.run(
+            [qconf, "-sp", pe],
+            capture_output=True,
+            text=True,
+            timeout=QCONF_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in shown.stdout.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "control_slaves":
+            return words[1].upper() == "TRUE"
+    return None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 from dtrain.errors import DtrainError
 from dtrain.transport.connectback import KEY_VAR, ORDER_VAR, agent_command
-from dtrain.transport.sge import HOST_VAR, IDENTITY, QrshStarter, SgeOptions
+from dtrain.transport.sge import HOST_VAR, IDENTITY, QrshStarter, SgeOptions, pe_allows_tasks
 
 
 @pytest.fixture
@@ -55,3 +55,31 @@ def test_dry_run_shows_the_first_hosts_qrsh() -> None:
     assert options.allocate_count is None and options.owns_hosts
     argv = options.starter_command([])
     assert argv[:5] == ["qrsh", "-inherit", "-nostdin", "-V", "HOST"]
+
+
+@pytest.mark.parametrize(
+    ("shown", "allows"),
+    [
+        ("pe_name mpi\ncontrol_slaves     TRUE\njob_is_first_task FALSE\n", True),
+        ("pe_name mpi\ncontrol_slaves     FALSE\n", False),
+        ("", None),  # qconf refused (not a submit host): unknown
+    ],
+)
+def test_whether_the_pe_lets_the_job_start_tasks_is_read_from_qconf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: str, allows: bool | None
+) -> None:
+    """A stand-in `qconf` that prints what `qconf -sp mpi` would."""
+    (tmp_path / "shown").write_text(shown)
+    qconf = tmp_path / "qconf"
+    qconf.write_text(f'#!/bin/sh\n[ "$1 $2" = "-sp mpi" ] && exec /bin/cat {tmp_path / "shown"}\n')
+    qconf.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert pe_allows_tasks("mpi") is allows
+
+
+def test_without_qconf_or_a_pe_name_nobody_can_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert pe_allows_tasks("mpi") is None
+    assert pe_allows_tasks("") is None
