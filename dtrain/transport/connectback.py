@@ -55,6 +55,7 @@ ORDER_VAR = "DTRAIN_AGENT_ORDER"
 HELLO = b"dtrain-agent"
 HANDSHAKE_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
+ENDED_WAIT_S = 1.0  # a connection closed mid-job: how long the starter may take to end too
 STDERR_TAIL = 60
 NOTHING_STARTED = "nothing was started"
 # The launcher's ssh session is not the agents': they would report its address as their own.
@@ -307,9 +308,17 @@ class ConnectBack:
         """Why the scheduler ended this job, if it did; asked once, when a connection closes."""
         with self._why_lock:
             if self._why is None:
-                codes = [proc.poll() for proc in self.procs]
-                self._why = self.starter.ended_why(self.job_id, codes) or ""
+                self._why = self.starter.ended_why(self.job_id, self._codes_soon()) or ""
             return self._why or None
+
+    def _codes_soon(self) -> list[int | None]:
+        """The starter's exit codes, once its processes end or a moment passes: a connection
+        that closed because the starter was killed can close before the starter is reaped."""
+        deadline = time.monotonic() + ENDED_WAIT_S
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
+        return [proc.poll() for proc in self.procs]
 
     def command(self) -> list[str]:
         return agent_command(self.pythons, self.starter.identity)

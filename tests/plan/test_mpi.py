@@ -131,7 +131,7 @@ def test_a_host_with_a_user_or_port_is_refused_naming_its_line() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1))
+@given(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), min_size=1))
 def test_the_ssh_wrapper_passes_any_config_path_to_ssh_as_one_word(path: str) -> None:
     script = mpi.ssh_wrapper(path, 7.4, accept_new=True)
     # the wrapper with `ssh` replaced by printf: what ssh would be given, NUL after each word

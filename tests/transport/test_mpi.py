@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dtrain.errors import DtrainError, UsageError
-from dtrain.plan.mpi import Flavor
+from dtrain.plan.mpi import Flavor, Mpirun
 from dtrain.transport import mpi
 from dtrain.transport.connectback import CONNECT_VAR, KEY_VAR, ConnectBack, agent_command
 from tests.conftest import run_dtrain
@@ -174,7 +174,7 @@ def test_agents_are_named_by_their_rank_and_drop_the_mpis_variables(
 ) -> None:
     """Two agents as mpirun would start them (each host's own name is not the hosts file's):
     rank i is the i-th host asked for."""
-    options = mpi.MpiOptions(mpi.Mpirun("mpirun", Flavor.OPEN_MPI, "4"))
+    options = mpi.MpiOptions(Mpirun("mpirun", Flavor.OPEN_MPI, "4"))
     starter = mpi.MpirunStarter(options, "/bin/false")
     step = ConnectBack(starter, ["alias-a", "alias-b"], 2, pythons=[sys.executable])
     env = step.listen("127.0.0.1")
