@@ -11,8 +11,9 @@ the job script's own descendants are the job's too (see `dtrain.where`).
 
 What this module adds to the connect-back is Grid Engine's own: the qrsh command per host,
 what a refused task means (a PE without `control_slaves`, or no slot left on that host), the
-address the hosts reach the launcher at. qrsh is no guard of liveness: a host that dies leaves its qrsh exiting 0 while
-the job runs on, so a lost host is the agent link's to notice, as over ssh.
+address the hosts reach the launcher at. qrsh is no guard of liveness: a host that dies
+leaves its qrsh exiting 0 while the job runs on, so a lost host is the agent link's to
+notice, as over ssh.
 """
 
 from __future__ import annotations
