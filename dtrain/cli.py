@@ -37,6 +37,7 @@ from dtrain.flags import (
     launcher_option,
     log_dir_option,
     make_ssh_options,
+    mpi_options,
     remote_python_option,
     setup_options,
     ssh_options,
@@ -50,11 +51,12 @@ from dtrain.plan.hosts import Host, local_host
 from dtrain.plan.spec import Framework, JobPlan, Role
 from dtrain.render.console import TerminalConsole
 from dtrain.transport.machine import local_hostname, usable_cores
-from dtrain.transport.options import SlurmOptions, SshOptions
-from dtrain.where import allocation_from_flags, where_to_run
+from dtrain.transport.options import SshOptions
+from dtrain.where import MpiFlags, allocation_from_flags, where_to_run
 
 if TYPE_CHECKING:
     from dtrain.processes import results
+    from dtrain.transport.engine import EngineOptions
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -155,6 +157,7 @@ ROLE_ENV_FLAGS = {
 )
 @hosts_option
 @launcher_option
+@mpi_options
 @allocation_options
 @click.option(
     "--framework",
@@ -257,10 +260,11 @@ def launch(**given: Any) -> None:
     request, options = config_from_flags(flags)
     job_id = new_job_id()
     if flags.dry_run:
-        if options.slurm is not None and options.slurm.nodes is not None:
-            placeholders = tuple(Host(f"node{i + 1}") for i in range(options.slurm.nodes))
+        count = options.engine.allocate_count if options.engine is not None else None
+        if count is not None:
+            placeholders = tuple(Host(f"node{i + 1}") for i in range(count))
             request = with_slurm_hosts(request, placeholders)
-        print_dry_run(request, job_id, options.ssh, flags.as_json, slurm=options.slurm)
+        print_dry_run(request, job_id, options.ssh, flags.as_json, engine=options.engine)
         return
     stderr = sys.stderr.buffer
     console = TerminalConsole(stderr if flags.as_json else sys.stdout.buffer, stderr)
@@ -284,6 +288,8 @@ class LaunchFlags:
     num_servers: int | None
     hostfile: Path | None
     launcher: str
+    mpirun: str | None
+    mpi_args: tuple[str, ...]
     nodes: int | None
     partition: str | None
     time_limit: str | None
@@ -337,7 +343,10 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         flags.gpus_per_node,
         flags.srun_args,
     )
-    where = where_to_run(flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True)
+    mpi = MpiFlags(flags.mpirun, flags.mpi_args)
+    where = where_to_run(
+        flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True, mpi=mpi
+    )
     role_env = {
         role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
         for role, items in (
@@ -388,10 +397,10 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
         preflight=not flags.no_preflight,
         kill_command=kill_command_for(flags.hostfile, flags.ssh_config),
-        slurm=where.slurm,
+        engine=where.engine,
         take_stacks=not flags.no_stacks,
     )
-    if where.slurm is not None and where.hosts:
+    if where.engine is not None and where.engine.owns_hosts and where.hosts:
         request = with_slurm_hosts(request, where.hosts)
     if where.note is not None and not flags.dry_run:
         click.echo(f"dtrain: {where.note}", err=True)
@@ -403,16 +412,21 @@ def print_dry_run(
     job_id: str,
     ssh: SshOptions,
     as_json: bool,
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
 ) -> None:
     """The plan, made with what can be known without connecting anywhere."""
-    facts, unresolved = dry_run_facts(request, job_id, ssh, through_slurm=slurm is not None)
+    facts, unresolved = dry_run_facts(request, job_id, ssh, through_engine=engine is not None)
     plan = planner.plan_job(request, facts)
     note = "dry run: nothing was started; remote addresses and ports are confirmed at launch"
-    if slurm is not None:
-        unresolved = []  # Slurm's node names need not resolve here: the agents connect back
-        if slurm.nodes is not None:
-            note += f"\nnote: node1..node{slurm.nodes} stand for the nodes Slurm will allocate"
+    if engine is not None:
+        unresolved = []  # an engine's host names need not resolve here: the agents connect back
+        remote = [host for host in request.hosts if not host.is_local]
+        from dtrain.transport.connectback import shown_command
+
+        note += f"\nstarter: {shown_command(engine.starter_command(remote))}"
+        if engine.allocate_count is not None:
+            count = engine.allocate_count
+            note += f"\nnote: node1..node{count} stand for the nodes Slurm will allocate"
     if unresolved:
         note += (
             f"\nnote: {', '.join(unresolved)} "
@@ -468,6 +482,7 @@ def finish_sweep(
 @cli.command("ps", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
+@mpi_options
 @job_option
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
@@ -477,6 +492,8 @@ def finish_sweep(
 def ps_command(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     job: str | None,
     log_dir: str,
     remote_python: str,
@@ -511,13 +528,13 @@ def ps_command(
     from dtrain.render import processes as shown
 
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     found = sweep.scan(
         where.hosts,
         ssh,
         job,
         remote_python=remote_python,
-        slurm=where.slurm,
+        engine=where.engine,
         cpu_window_s=sweep.PS_CPU_WINDOW_S,
     )
     dead = joblog.dead_launcher_jobs(root, local_hostname(), job)
@@ -532,6 +549,7 @@ def ps_command(
 @cli.command("kill", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
+@mpi_options
 @job_option
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
@@ -548,6 +566,8 @@ def ps_command(
 def kill_command(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     job: str | None,
     dry_run: bool,
     grace: float,
@@ -575,7 +595,7 @@ def kill_command(
     from dtrain.render import processes as shown
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     kills = list(
         sweep.kill(
             where.hosts,
@@ -584,7 +604,7 @@ def kill_command(
             grace_s=grace,
             dry_run=dry_run,
             remote_python=remote_python,
-            slurm=where.slurm,
+            engine=where.engine,
         ).values()
     )
     outcome = results.kill_outcome(kills)
@@ -595,6 +615,7 @@ def kill_command(
 @cli.command("stacks", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
+@mpi_options
 @job_option
 @click.option("--native", is_flag=True, help="Also the C/C++ frames (ps-lite, gloo, NCCL).")
 @click.option(
@@ -613,6 +634,8 @@ def kill_command(
 def stacks_command(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     job: str | None,
     native: bool,
     per_process_s: float,
@@ -643,7 +666,7 @@ def stacks_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     report = stacks.take(
         where.hosts,
         ssh,
@@ -651,7 +674,7 @@ def stacks_command(
         native=native,
         per_process_s=per_process_s,
         remote_python=remote_python,
-        slurm=where.slurm,
+        engine=where.engine,
     )
     report = stacks.with_files(report, root, datetime.now().strftime("%Y%m%d-%H%M%S"))
     if as_json:
@@ -683,6 +706,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @hosts_option
 @launcher_option
+@mpi_options
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
 @workdir_option
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
@@ -697,6 +721,8 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 def doctor(
     hostfile: Path | None,
     launcher: str,
+    mpirun: str | None,
+    mpi_args: tuple[str, ...],
     port: int | None,
     workdir: Path | None,
     sync_dst_dir: str | None,
@@ -728,7 +754,7 @@ def doctor(
     from dtrain.doctor import gather
     from dtrain.render import doctor as shown
 
-    where = where_to_run(launcher, hostfile, os.environ)
+    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
     request = gather.DoctorRequest(
         hosts=where.hosts,
         command=command,
@@ -750,7 +776,7 @@ def doctor(
     console = TerminalConsole(sys.stdout.buffer, sys.stderr.buffer)
     try:
         report = gather.run_doctor(
-            request, ssh, remote_python, slurm=where.slurm, setup_output=console.setup_output
+            request, ssh, remote_python, engine=where.engine, setup_output=console.setup_output
         )
     finally:
         console.close()

@@ -109,7 +109,7 @@ def setup_options(func: F) -> F:
     return func
 
 
-LAUNCHERS = ("auto", "local", "ssh", "slurm")
+LAUNCHERS = ("auto", "local", "ssh", "slurm", "mpi", "sge")
 
 
 def launcher_option(func: F) -> F:
@@ -119,8 +119,33 @@ def launcher_option(func: F) -> F:
         default="auto",
         show_default=True,
         help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
-        "(salloc, sbatch) its nodes through Slurm; else this machine only.",
+        "(salloc, sbatch) its nodes through Slurm; inside a Grid Engine PE job (qsub -pe) "
+        "its hosts through qrsh -inherit; else this machine only. mpi: one mpirun "
+        "(Open MPI or MPICH) starts them on the -H hosts.",
     )(func)
+
+
+def mpi_options(func: F) -> F:
+    """`--launcher mpi`'s own flags: which mpirun, and the site's options for it."""
+    options = [
+        click.option(
+            "--mpirun",
+            metavar="PATH",
+            help="mpi: the mpirun to start the agents with (mpirun.openmpi, mpiexec.hydra, a "
+            "site's wrapper; default: mpirun, else mpiexec, on PATH).",
+        ),
+        click.option(
+            "--mpi-arg",
+            "mpi_args",
+            multiple=True,
+            metavar="ARG",
+            help="mpi: pass ARG to mpirun, e.g. --mpi-arg=--mca=btl_tcp_if_include=eth0 "
+            "(repeatable).",
+        ),
+    ]
+    for decorator in reversed(options):
+        func = decorator(func)
+    return func
 
 
 def allocation_options(func: F) -> F:

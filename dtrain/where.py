@@ -1,5 +1,5 @@
 """Which hosts a command acts on, and how their agents start: -H, --launcher and the Slurm
-allocation this shell may be in."""
+allocation or Grid Engine job this shell may be in. The one place an engine is chosen."""
 
 from __future__ import annotations
 
@@ -11,18 +11,35 @@ import click
 
 from dtrain.errors import UsageError
 from dtrain.inputfiles import read_hosts
+from dtrain.plan import mpi as plan_mpi
+from dtrain.plan import sge as plan_sge
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host
+from dtrain.transport.engine import EngineOptions
 from dtrain.transport.options import SlurmOptions
 
 
 @dataclass(frozen=True)
 class Where:
-    """Which hosts a command acts on, and whether their agents start through Slurm."""
+    """Which hosts a command acts on, and the engine that starts their agents (None: ssh,
+    and this machine's own)."""
 
     hosts: tuple[Host, ...]
-    slurm: SlurmOptions | None = None
+    engine: EngineOptions | None = None
     note: str | None = None  # `inside Slurm job 1234: 4 nodes h[1-4]`
+
+    @property
+    def slurm(self) -> SlurmOptions | None:
+        """The Slurm options, when Slurm is the engine."""
+        return self.engine if isinstance(self.engine, SlurmOptions) else None
+
+
+@dataclass(frozen=True)
+class MpiFlags:
+    """`--mpirun PATH` and `--mpi-arg ARG`: for `--launcher mpi` only."""
+
+    mpirun: str | None = None
+    args: tuple[str, ...] = ()
 
 
 def srun_note(line: str) -> None:
@@ -37,6 +54,7 @@ def where_to_run(
     env: Mapping[str, str],
     allocation: SlurmOptions | None = None,
     can_allocate: bool = False,
+    mpi: MpiFlags = MpiFlags(),
 ) -> Where:
     """-H, --launcher and the Slurm allocation this shell may be in, as hosts and an engine.
 
@@ -54,12 +72,26 @@ def where_to_run(
             "-H and --launcher slurm: Slurm chooses the nodes",
             hint="drop -H to run on the allocation's nodes, or pass --launcher ssh",
         )
+    if launcher == "sge" and hostfile is not None:
+        raise UsageError(
+            "-H and --launcher sge: the Grid Engine job's PE_HOSTFILE names the hosts",
+            hint="drop -H to run on the job's hosts, or pass --launcher ssh",
+        )
+    if launcher != "mpi" and mpi != MpiFlags():
+        flag = "--mpirun" if mpi.mpirun is not None else "--mpi-arg"
+        raise UsageError(f"{flag} is for --launcher mpi", hint="add --launcher mpi, or drop it")
+    if launcher == "mpi":
+        return _through_mpi(hostfile, mpi)
     if launcher == "ssh" and hostfile is None:
         raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
     if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
         return Where(read_hosts(hostfile) if launcher != "local" else ())
     if allocation is not None:
         return Where((), allocation)
+    if launcher == "sge" or (
+        launcher == "auto" and plan_sge.in_job(env) and not plan_slurm.in_allocation(env)
+    ):
+        return sge_job(env, required=launcher == "sge")
     if not plan_slurm.in_allocation(env):
         if launcher == "slurm":
             inside = "run dtrain inside the allocation (salloc, sbatch, srun --pty bash)"
@@ -76,6 +108,39 @@ def where_to_run(
     summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
     note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
     return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
+
+
+def _through_mpi(hostfile: Path | None, flags: MpiFlags) -> Where:
+    """`--launcher mpi -H hosts`: the hosts file's hosts, their agents from one mpirun (found
+    and recognised here: a missing or unknown mpirun is one line, nothing started)."""
+    if hostfile is None:
+        raise UsageError("--launcher mpi needs -H hosts", hint="pass -H FILE (see hosts.example)")
+    hosts = read_hosts(hostfile)
+    plan_mpi.check_hosts([host for host in hosts if not host.is_local])
+    from dtrain.transport import mpi
+
+    mpirun = mpi.find_mpirun(flags.mpirun)
+    return Where(hosts, mpi.MpiOptions(mpirun, flags.args, on_note=srun_note))
+
+
+def sge_job(env: Mapping[str, str], required: bool) -> Where:
+    """The Grid Engine PE job this shell runs in: its hosts, one qrsh -inherit each. A job
+    without a PE (one slot on one host) is this machine alone, unless --launcher sge."""
+    if not required and not env.get(plan_sge.HOSTFILE_VAR):
+        serial = env.get(plan_sge.JOB_ID_VAR)
+        note = f"inside Grid Engine job {serial} without a parallel environment: this machine only"
+        return Where((), note=note)
+    if not plan_sge.in_job(env):
+        raise UsageError(
+            "--launcher sge outside a Grid Engine job",
+            hint=f"{plan_sge.SUBMIT_HINT} with dtrain launch in job.sh (README: Grid Engine), "
+            "or pass -H hosts",
+        )
+    from dtrain.transport import sge
+
+    job = sge.current_job(env)
+    options = sge.SgeOptions(job.job_id, job.pe, on_note=srun_note)
+    return Where(job.hosts, options, f"inside Grid Engine job {job.job_id}: {job.summary()}")
 
 
 def allocation_from_flags(

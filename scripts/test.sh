@@ -16,20 +16,29 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm"
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, Open MPI, MPICH, Grid Engine"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null || ! command -v nc >/dev/null \
-    || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null; then
+    || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null \
+    || ! command -v mpirun.openmpi >/dev/null || ! command -v mpiexec.hydra >/dev/null \
+    || ! [ -x /usr/lib/gridengine/sge_qmaster ] || ! [ -x /usr/lib/gridengine/sge_execd ] || ! command -v qrsh >/dev/null; then
     apt-get update -qq
 fi
 # The tests start every daemon themselves (sshd per host; slurmctld and one slurmd per host, see
 # tests/cluster/slurmcluster.py), never the system's: the image's /usr/sbin/policy-rc.d (exit
 # 101) keeps the packages from starting sshd, slurmctld, slurmd or munge (pulled in by slurmd,
 # unused: the test cluster runs auth/none) on install.
+# Grid Engine: preseeded so its postinst asks nothing and configures no cell (the tests write
+# their own, tests/cluster/sgecluster.py); it only creates the sgeadmin user.
+for pkg in common master exec client; do
+    echo "gridengine-$pkg shared/gridengineconfig boolean false"
+done | debconf-set-selections
 apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
     netcat-openbsd \
     slurmctld slurmd slurm-client \
+    openmpi-bin mpich \
+    gridengine-master gridengine-exec gridengine-client \
     >/dev/null
 
 PYTHON=${PYTHON:-python3}

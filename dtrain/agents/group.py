@@ -30,10 +30,10 @@ from dtrain.plan.hosts import Host
 from dtrain.transport.link import Link
 from dtrain.transport.local import LocalLink
 from dtrain.transport.machine import raise_open_file_limit
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import SshOptions
 
 if TYPE_CHECKING:
-    from dtrain.transport.slurm import SlurmStep
+    from dtrain.transport.engine import Engine, EngineOptions
     from dtrain.transport.ssh import SshTransport
 
 logger = logging.getLogger(__name__)
@@ -138,16 +138,16 @@ class AgentGroup:
     """Agent sessions to a set of hosts, by host key: opened in parallel, closed together,
     whatever happens.
 
-    The engine that starts one agent per host is chosen here and nowhere else: this machine's
-    agent is a child process, remote hosts' come over ssh, or, given `slurm`, every host's
-    agent comes from one Slurm job step (`dtrain.transport.slurm`).
+    This machine's agent is a child process; remote hosts' come over ssh, or, given `engine`
+    (chosen by `where.where_to_run`), from that engine (`dtrain.transport.engine`): Slurm's
+    step, mpirun, a scheduler's own task starter.
     """
 
     def __init__(
         self,
         options: SshOptions,
         remote_python: str = "auto",
-        slurm: SlurmOptions | None = None,
+        engine: EngineOptions | None = None,
         job_id: str | None = None,
         setup_output: SetupOutput | None = None,
     ) -> None:
@@ -158,8 +158,8 @@ class AgentGroup:
         self.setup_output = setup_output
         self._ssh: SshTransport | None = None
         self.remote_python = remote_python
-        self.slurm = slurm
-        self.step: SlurmStep | None = None
+        self.engine_options = engine
+        self.engine: Engine | None = None  # made on first use
         self.events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
         self.budget = OutputBudget()
         self.sessions: dict[str, AgentSession] = {}  # by Host.key: name and port
@@ -208,8 +208,8 @@ class AgentGroup:
 
         For commands that must act on every host they can (`dtrain kill`, `ps`, doctor).
         """
-        if self.slurm is not None:
-            return self._open_through_slurm(hosts)
+        if self.engine_options is not None:
+            return self._open_through_engine(hosts)
         remote = [host for host in hosts if not host.is_local]
         local = [host for host in hosts if host.is_local]
         problems: dict[str, Problem] = {}
@@ -236,8 +236,8 @@ class AgentGroup:
     def silence_limit_s(self, host: Host) -> float | None:
         """How long `host` may be silent before it counts as lost, when its ssh config says
         (ServerAliveInterval * ServerAliveCountMax, as OpenSSH would give up); None otherwise:
-        this machine, and nodes reached through Slurm."""
-        if host.is_local or self.slurm is not None or self._ssh is None:
+        this machine, and hosts reached through another engine."""
+        if host.is_local or self.engine_options is not None or self._ssh is None:
             return None
         return self._ssh.target(host).silence_limit_s
 
@@ -299,72 +299,39 @@ class AgentGroup:
             self.sessions[host.key] = session
         return session
 
-    def allocate(self, count: int) -> tuple[Host, ...]:
-        """Make a Slurm allocation of `count` nodes (srun, with the user's srun options) with an
-        agent on each; its nodes, in Slurm's order, become the hosts `open` then takes."""
-        from dtrain.transport import slurm
-
-        assert self.slurm is not None
-        step = self._new_step(None, count)
-        step.start(slurm.controller_route())
-        problems = step.accept(None)  # as long as srun waits in the queue
-        if problems:
-            raise ConnectError(
-                f"Slurm did not start dtrain's agents on {len(problems)} of {count} node(s); "
-                f"{NOTHING_STARTED}",
-                problems=list(problems.values()),
-            )
-        agents = sorted(step.agents.values(), key=lambda agent: agent.order)
-        return tuple(Host(name=agent.node) for agent in agents)
-
-    def _new_step(self, nodes: Sequence[str] | None, count: int) -> SlurmStep:
+    def _engine(self) -> Engine:
         from dtrain.transport.bootstrap import AGENT_PYTHONS
-        from dtrain.transport.slurm import SlurmStep
 
-        assert self.slurm is not None
-        auto = self.remote_python == "auto"
-        self.step = SlurmStep(
-            nodes,
-            count,
-            pythons=AGENT_PYTHONS if auto else (self.remote_python,),
-            job_name=self.slurm.job_name,
-            srun_args=self.slurm.srun_args,
-            on_note=self.slurm.on_note,
-        )
-        return self.step
+        assert self.engine_options is not None
+        if self.engine is None:
+            auto = self.remote_python == "auto"
+            pythons = AGENT_PYTHONS if auto else (self.remote_python,)
+            self.engine = self.engine_options.make_engine(pythons, self.ssh_options)
+        return self.engine
 
-    def _open_through_slurm(
+    def allocate(self, count: int) -> tuple[Host, ...]:
+        """Make an allocation of `count` nodes with an agent on each (the engine's own way);
+        its nodes, in the scheduler's order, become the hosts `open` then takes."""
+        return self._engine().allocate(count)
+
+    def _open_through_engine(
         self, hosts: Sequence[Host]
     ) -> tuple[dict[str, AgentSession], dict[str, Problem]]:
-        """Every host's agent from one job step (this one's, or the one `allocate` made)."""
-        from dtrain.transport import slurm
-
-        local = [host for host in hosts if host.is_local]  # doctor's view from this machine
-        hosts = [host for host in hosts if not host.is_local]
+        """Every remote host's agent from the engine; this machine's stays a child process
+        (doctor's view from here)."""
+        local = [host for host in hosts if host.is_local]
+        remote = [host for host in hosts if not host.is_local]
         problems = {h.key: p for h in local if (p := self._start_agent(h)) is not None}
-        step = self.step
-        if step is None and not hosts:
-            return {h.key: self.sessions[h.key] for h in local if h.key in self.sessions}, problems
-        if step is None:
-            step = self._new_step([h.name for h in hosts], len(hosts))
-            step.start(slurm.listen_address([h.name for h in hosts]))
-            found = step.accept(slurm.STARTUP_TIMEOUT_S)
-            problems |= {h.key: found[h.name] for h in hosts if h.name in found}
-        else:
-            problems |= {
-                h.key: Problem("not in the allocation", host=h.display)
-                for h in hosts
-                if h.name not in step.agents
-            }
-        wanted = {h.name for h in hosts}
-        for name, agent in step.agents.items():
-            if name not in wanted:
-                agent.link.close_input()  # a node the job does not use: its agent just exits
-        for host in hosts:
-            if host.name in step.agents:
-                self._adopt(host, step.agents[host.name].link)
-        everyone = [*local, *hosts]
+        if remote or self.engine is not None:
+            links, found = self._engine().open_links(remote)
+            problems |= found
+            for host in remote:
+                if host.key in links:
+                    self._adopt(host, links[host.key])
+        everyone = [*local, *remote]
         sessions = {h.key: self.sessions[h.key] for h in everyone if h.key in self.sessions}
+        if self.ssh_options.setup:
+            problems.update(self._setup_all(sessions))
         return sessions, problems
 
     def close(self) -> None:
@@ -374,6 +341,6 @@ class AgentGroup:
         in_parallel(sessions, AgentSession.close, CLOSE_TIMEOUT_S)
         if self._ssh is not None:
             self._ssh.close()
-        if self.step is not None:
-            self.step.stop()
+        if self.engine is not None:
+            self.engine.close()
         self.sessions.clear()

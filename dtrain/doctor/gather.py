@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtrain.agents import ops
 from dtrain.agents.group import AgentGroup, Replies, Reply
@@ -39,7 +39,10 @@ from dtrain.processes.results import HostScan
 from dtrain.remote import proto
 from dtrain.transport import sshconfig
 from dtrain.transport.machine import local_address, local_free_ports, local_hostname
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import SshOptions
+
+if TYPE_CHECKING:
+    from dtrain.transport.engine import EngineOptions
 
 logger = logging.getLogger(__name__)
 
@@ -84,26 +87,26 @@ def run_doctor(
     ssh: SshOptions,
     remote_python: str = "auto",
     checks: Sequence[str] = CHECKS,
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
     setup_output: SetupOutput | None = None,
 ) -> DoctorReport:
     """Every check on every host (and this machine), in parallel; never raises for a host.
 
-    With `slurm`, the hosts' agents come from one Slurm step (this machine's stays local)."""
+    With `engine`, the hosts' agents come from that engine (this machine's stays local)."""
     started = time.monotonic()
     here = local_host(local_hostname())
     everyone = (here, *request.hosts)
-    over_ssh = bool(request.hosts) and slurm is None
+    over_ssh = bool(request.hosts) and engine is None
     missing = _without_openssh([h for h in request.hosts if not h.is_local]) if over_ssh else {}
     over_ssh = over_ssh and not missing
-    with AgentGroup(ssh, remote_python, slurm, setup_output=setup_output) as group:
+    with AgentGroup(ssh, remote_python, engine, setup_output=setup_output) as group:
         sessions, problems = group.open_reachable([h for h in everyone if h.key not in missing])
         problems = {**problems, **missing}
         logger.debug("connected and agents started: %.3fs", time.monotonic() - started)
         connect_s = dict(group.ssh.connect_times_s) if over_ssh else {}
         survey = gather(request, here, sessions, problems, connect_s, group.job_id)
-        if group.step is not None:  # the hosts were reached through Slurm, not ssh
-            survey = replace(survey, reached_through=f"Slurm job {group.step.job_id}")
+        if group.engine is not None:  # the hosts were reached through an engine, not ssh
+            survey = replace(survey, reached_through=group.engine.label())
     results = judge(survey, checks)
     return DoctorReport(survey.hosts, results, tuple(checks), time.monotonic() - started)
 

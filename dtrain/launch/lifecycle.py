@@ -34,11 +34,12 @@ from dtrain.transport.machine import (
     resolve_address,
     tasks_here_refused,
 )
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import SshOptions
 
 if TYPE_CHECKING:
     from dtrain.launch.results import JobResult
     from dtrain.launch.supervise import Console, StackTaker
+    from dtrain.transport.engine import EngineOptions
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class LaunchOptions:
     sync_excludes: tuple[str, ...] = DEFAULT_EXCLUDES
     preflight: bool = True
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
-    slurm: SlurmOptions | None = None  # start the agents through Slurm (see AgentGroup)
+    engine: EngineOptions | None = None  # start the agents through Slurm, mpirun (AgentGroup)
     take_stacks: bool = True  # a job stopped because it hung: every task's stack first
 
 
@@ -156,16 +157,16 @@ def gather_facts(
 
 
 def dry_run_facts(
-    request: planner.JobRequest, job_id: str, ssh: SshOptions, through_slurm: bool = False
+    request: planner.JobRequest, job_id: str, ssh: SshOptions, through_engine: bool = False
 ) -> tuple[planner.Facts, list[str]]:
     """Facts without connecting anywhere: names resolved here, ports chosen here.
 
     Also the hosts whose names do not resolve from here (a launch learns their addresses
-    from ssh itself, so they stay names in the dry run's plan). Slurm's nodes stay names:
-    ssh plays no part in reaching them, and their agents tell their addresses at launch.
+    from ssh itself, so they stay names in the dry run's plan). An engine's hosts (Slurm's
+    nodes, mpirun's) stay names: their agents tell their addresses at launch.
     """
     ports = planner.ports_needed(request)
-    if through_slurm or not request.hosts:
+    if through_engine or not request.hosts:
         names = [host.name for host in request.hosts]
     else:
         from dtrain.transport.ssh import SshTransport
@@ -175,7 +176,7 @@ def dry_run_facts(
     resolved = []
     unresolved = []
     for host, name in zip(request.hosts, names, strict=True):
-        address = None if through_slurm else resolve_address(name)
+        address = None if through_engine else resolve_address(name)
         if address is None:
             unresolved.append(host.display)
         else:
@@ -224,8 +225,8 @@ class Launch:
     on_planned: Callable[[JobPlan, Path], None] | None = None
 
     def run(self) -> JobResult:
-        slurm = self.options.slurm
-        allocating = slurm is not None and slurm.nodes is not None
+        engine = self.options.engine
+        allocating = engine is not None and engine.allocate_count is not None
         planner.validate(self.request)  # bad requests fail before any connection
         placed = () if allocating else planner.place(self.request)
         _check_tasks_here(placed)
@@ -233,12 +234,12 @@ class Launch:
         hosts = self._agent_group()
         started = False
         try:
-            if self.request.hosts and slurm is None:  # a host listed twice is a mistake
+            if self.request.hosts and engine is None:  # a host listed twice is a mistake
                 hosts.ssh.distinct_targets(self.request.hosts)
             phase = _PhaseClock()
             if allocating:
                 placed = self._allocate(hosts)
-                phase("Slurm allocation made, agents started")
+                phase("allocation made, agents started")
             planned_hosts = _hosts_of(placed)
             sessions = hosts.open(planned_hosts)
             phase("connected and agents started")
@@ -301,19 +302,21 @@ class Launch:
         return AgentGroup(
             options.ssh,
             options.remote_python,
-            options.slurm,
+            options.engine,
             job_id=self.job_id,
             setup_output=self.console.setup_output,
         )
 
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
         """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""
-        assert self.options.slurm is not None and self.options.slurm.nodes is not None
-        nodes = hosts.allocate(self.options.slurm.nodes)
+        assert self.options.engine is not None
+        count = self.options.engine.allocate_count
+        assert count is not None
+        nodes = hosts.allocate(count)
         self.request = with_slurm_hosts(self.request, nodes)
-        assert hosts.step is not None
+        assert hosts.engine is not None
         self.console.note(
-            f"Slurm job {hosts.step.job_id}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
+            f"{hosts.engine.label()}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
             f"{', '.join(h.name for h in nodes)}"
         )
         return planner.place(self.request)
@@ -442,10 +445,8 @@ def with_slurm_hosts(request: planner.JobRequest, nodes: Sequence[Host]) -> plan
 
 
 def _engine_record(hosts: AgentGroup) -> dict[str, Any] | None:
-    """job.json's note of what started the agents: Slurm's job and step ids, or None (ssh)."""
-    if hosts.step is None:
-        return None
-    return {"name": "slurm", "job_id": hosts.step.job_id, "step_id": hosts.step.step_id}
+    """job.json's note of what started the agents (Slurm's job and step ids), or None (ssh)."""
+    return hosts.engine.record() if hosts.engine is not None else None
 
 
 def _check_tasks_here(placed: Sequence[PlacedTask]) -> None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtrain.agents import ops
 from dtrain.agents.group import Reply
@@ -26,7 +27,10 @@ from dtrain.processes import stackgroups
 from dtrain.processes.stackgroups import HostStacks, StacksReport, TaskStack
 from dtrain.processes.sweep import open_agents, this_machine
 from dtrain.remote import proto
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import SshOptions
+
+if TYPE_CHECKING:
+    from dtrain.transport.engine import EngineOptions
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +49,12 @@ def take(
     native: bool = False,
     per_process_s: float = PER_PROCESS_S,
     remote_python: str = "auto",
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
 ) -> StacksReport:
-    """Every job process's stack on every host in parallel (no hosts: this machine; `slurm`:
-    the allocation's nodes, through one Slurm step)."""
+    """Every job process's stack on every host in parallel (no hosts: this machine; `engine`:
+    the hosts' agents started by that engine, as a launch's were)."""
     hosts = tuple(hosts) or this_machine()
-    with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
+    with open_agents(hosts, ssh_options, remote_python, engine) as (sessions, problems):
         done = take_sessions(sessions, job, native=native, per_process_s=per_process_s)
     ordered = []
     for host in hosts:

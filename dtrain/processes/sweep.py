@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dtrain.agents import ops
 from dtrain.agents.group import AgentGroup, Reply
@@ -23,7 +23,10 @@ from dtrain.plan.hosts import Host, local_host
 from dtrain.processes.results import HostKill, HostScan, JobProcess, Survivor
 from dtrain.remote import proto
 from dtrain.transport.machine import local_hostname
-from dtrain.transport.options import SlurmOptions, SshOptions
+from dtrain.transport.options import SshOptions
+
+if TYPE_CHECKING:
+    from dtrain.transport.engine import EngineOptions
 
 __all__ = [
     "HostKill",
@@ -55,10 +58,10 @@ def open_agents(
     hosts: Sequence[Host],
     ssh_options: SshOptions,
     remote_python: str = "auto",
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
 ) -> Iterator[tuple[dict[str, AgentSession], dict[str, Problem]]]:
     """Agents on every host that can be reached (in parallel), and the problems of the others."""
-    with AgentGroup(ssh_options, remote_python, slurm) as group:
+    with AgentGroup(ssh_options, remote_python, engine) as group:
         yield group.open_reachable(hosts)
 
 
@@ -69,7 +72,7 @@ def scan(
     *,
     include_dmlc: bool = True,
     remote_python: str = "auto",
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
     cpu_window_s: float = 0.0,
 ) -> dict[str, HostScan]:
     """The job processes on each host (no hosts: this machine), by `Host.key`, in host order.
@@ -78,7 +81,7 @@ def scan(
     processes that dtrain did not start; `cpu_window_s` measures each one's CPU % that long.
     """
     hosts = tuple(hosts) or this_machine()
-    with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
+    with open_agents(hosts, ssh_options, remote_python, engine) as (sessions, problems):
         found = scan_sessions(sessions, job, include_dmlc=include_dmlc, cpu_window_s=cpu_window_s)
     return _in_order(hosts, found, problems, lambda s: s)
 
@@ -106,7 +109,7 @@ def kill(
     dry_run: bool = False,
     include_dmlc: bool = True,
     remote_python: str = "auto",
-    slurm: SlurmOptions | None = None,
+    engine: EngineOptions | None = None,
 ) -> dict[str, HostKill]:
     """Stop the job processes on every host in parallel (no hosts: this machine).
 
@@ -114,7 +117,7 @@ def kill(
     `dry_run`, only list. By `Host.key`, in host order; unreachable hosts carry their error.
     """
     hosts = tuple(hosts) or this_machine()
-    with open_agents(hosts, ssh_options, remote_python, slurm) as (sessions, problems):
+    with open_agents(hosts, ssh_options, remote_python, engine) as (sessions, problems):
         done = kill_sessions(
             sessions, job, grace_s=grace_s, dry_run=dry_run, include_dmlc=include_dmlc
         )

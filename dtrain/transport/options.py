@@ -5,8 +5,13 @@ Kept apart from ssh so that planning and the CLI need no paramiko."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dtrain.plan.hosts import Host
+    from dtrain.transport.engine import Engine
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_SETUP_TIMEOUT_S = 300.0
@@ -36,3 +41,21 @@ class SlurmOptions:
     job_name: str = "dtrain"
     # where srun's lines that say it waits go, as they come (the queue, a suspended job)
     on_note: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def allocate_count(self) -> int | None:
+        return self.nodes
+
+    @property
+    def owns_hosts(self) -> bool:
+        return True
+
+    def make_engine(self, pythons: Sequence[str], ssh: SshOptions) -> Engine:
+        from dtrain.transport.slurm import SlurmEngine
+
+        return SlurmEngine(self, pythons)
+
+    def starter_command(self, hosts: Sequence[Host]) -> list[str]:
+        from dtrain.transport.slurm import starter_command
+
+        return starter_command(self, hosts)

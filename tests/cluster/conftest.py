@@ -1,5 +1,5 @@
 """Fixtures for tests that run against the namespaced ssh cluster (see netcluster.py) and
-the Slurm cluster on top of it (see slurmcluster.py).
+the Slurm and Grid Engine clusters on top of it (see slurmcluster.py, sgecluster.py).
 
 Every test under tests/cluster gets the `cluster` marker. A failed test's report carries the
 sshd logs of the clusters it used, and the Slurm daemons' logs.
@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .netcluster import Cluster
+from .sgecluster import SgeCluster
 from .slurmcluster import SlurmCluster
 
 _HERE = Path(__file__).parent
 _CLUSTERS = pytest.StashKey[list[Cluster]]()
 _SLURM_CLUSTERS = pytest.StashKey[list[SlurmCluster]]()
+_SGE_CLUSTERS = pytest.StashKey[list[SgeCluster]]()
 _LOG_TAIL_CHARS = 4000
 
 
@@ -50,6 +53,14 @@ def pytest_runtest_makereport(
         for host in slurm.nodes:
             log = slurm.log(host)[-_LOG_TAIL_CHARS:]
             report.sections.append((f"slurmd log {prefix} {host.name}", log))
+    for sge in item.stash.get(_SGE_CLUSTERS, []):
+        if not sge.is_running:
+            continue
+        prefix = sge.cluster.prefix
+        report.sections.append((f"sge_qmaster log {prefix}", sge.log()[-_LOG_TAIL_CHARS:]))
+        for host in sge.hosts:
+            log = sge.log(host)[-_LOG_TAIL_CHARS:]
+            report.sections.append((f"sge_execd log {prefix} {host.name}", log))
 
 
 @pytest.fixture
@@ -115,3 +126,36 @@ def make_slurm_cluster(
 def slurm_cluster(make_slurm_cluster: Callable[[int], SlurmCluster]) -> SlurmCluster:
     """A running 3-node Slurm cluster (nodes h1..h3, all idle), torn down after the test."""
     return make_slurm_cluster(3)
+
+
+@pytest.fixture
+def make_sge_cluster(
+    request: pytest.FixtureRequest, make_cluster: Callable[[int], Cluster]
+) -> Iterator[Callable[..., SgeCluster]]:
+    """A factory: make_sge_cluster(n, **options) starts an n-host cluster with sge_qmaster on
+    h1 and one sge_execd per host, every queue instance ready; Grid Engine is stopped after the
+    test (every job and task with it), then the hosts."""
+    made: list[SgeCluster] = []
+    request.node.stash[_SGE_CLUSTERS] = made
+
+    def make(n_hosts: int = 3, **options: Any) -> SgeCluster:
+        sge = SgeCluster(make_cluster(n_hosts), **options)
+        made.append(sge)
+        sge.start()
+        return sge
+
+    yield make
+    errors = []
+    for sge in made:
+        try:
+            sge.stop()
+        except Exception as exc:  # stop the others before reporting
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def sge_cluster(make_sge_cluster: Callable[..., SgeCluster]) -> SgeCluster:
+    """A running 3-host Grid Engine cluster (h1..h3, PE `dtrain`), torn down after the test."""
+    return make_sge_cluster(3)
