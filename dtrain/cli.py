@@ -47,7 +47,7 @@ from dtrain.inputfiles import read_setup
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
 from dtrain.plan import planner
-from dtrain.plan.hosts import Host, local_host
+from dtrain.plan.hosts import Host, local_host, require_named
 from dtrain.plan.spec import Framework, JobPlan, Role
 from dtrain.render.console import TerminalConsole
 from dtrain.transport.machine import local_hostname, usable_cores
@@ -708,6 +708,11 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @launcher_option
 @mpi_options
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
+@click.option(
+    "--scheduler-host",
+    help="Check the scheduler on this host of the hosts file, where launch --scheduler-host "
+    "runs it; this machine, which then runs nothing of the job, is not checked.",
+)
 @workdir_option
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
 @click.option("--host-ip", help="The scheduler's address as every host reaches it.")
@@ -724,6 +729,7 @@ def doctor(
     mpirun: str | None,
     mpi_args: tuple[str, ...],
     port: int | None,
+    scheduler_host: str | None,
     workdir: Path | None,
     sync_dst_dir: str | None,
     host_ip: str | None,
@@ -750,17 +756,21 @@ def doctor(
     Examples:
       dtrain doctor -H hosts -- python train.py --kv-store dist_sync
       dtrain doctor -H hosts --port 9091 --sync-dst-dir /data/job --json -- python train.py
+      dtrain doctor -H hosts --scheduler-host node1 -- python train.py
     """
     from dtrain.doctor import gather
     from dtrain.render import doctor as shown
 
     where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    if scheduler_host is not None:
+        require_named(where.hosts, scheduler_host, "--scheduler-host")
     request = gather.DoctorRequest(
         hosts=where.hosts,
         command=command,
         workdir=str((workdir or Path.cwd()).absolute()),
         sync_dst=sync_dst_dir,
         port=port,
+        scheduler_host=scheduler_host,
         host_ip=host_ip,
         interface=interface or os.environ.get("DMLC_INTERFACE") or None,
         shell_env=dict(os.environ),

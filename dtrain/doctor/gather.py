@@ -32,7 +32,7 @@ from dtrain.doctor.judge import (
     judge,
 )
 from dtrain.errors import DtrainError, Problem, RemoteError
-from dtrain.plan.hosts import Host, local_host
+from dtrain.plan.hosts import Host, local_host, named
 from dtrain.plan.planner import workdir_on
 from dtrain.processes import sweep
 from dtrain.processes.results import HostScan
@@ -60,6 +60,7 @@ class DoctorRequest:
     workdir: str = "."
     sync_dst: str | None = None
     port: int | None = None
+    scheduler_host: str | None = None  # one of `hosts` (by display or name); else this machine
     host_ip: str | None = None
     interface: str | None = None
     shell_env: Mapping[str, str] = field(default_factory=dict)
@@ -95,7 +96,9 @@ def run_doctor(
     With `engine`, the hosts' agents come from that engine (this machine's stays local)."""
     started = time.monotonic()
     here = local_host(local_hostname())
-    everyone = (here, *request.hosts)
+    # With the scheduler on one of the hosts, this machine runs nothing of the job (as in a
+    # launch) and is not checked: a launcher off Linux then checks every host it needs.
+    everyone = request.hosts if request.scheduler_host else (here, *request.hosts)
     over_ssh = bool(request.hosts) and engine is None
     missing = _without_openssh([h for h in request.hosts if not h.is_local]) if over_ssh else {}
     over_ssh = over_ssh and not missing
@@ -138,9 +141,11 @@ def gather(
 
     Maps here are by `Host.key`; what is judged and shown names hosts by `Host.display`.
     """
-    everyone = (here, *request.hosts)
+    home = named(request.hosts, request.scheduler_host) if request.scheduler_host else None
+    everyone = request.hosts if home is not None else (here, *request.hosts)
+    home = home or here  # where the scheduler would listen
     shown = {h.key: h.display for h in everyone}
-    hello, failed = _hello(sessions, shown, problems)
+    hello, failed = _hello(sessions, shown, problems, scheduler_host=home.key)
     remote_addresses = [
         str(hello[h.key].ssh_server_address or h.name) for h in request.hosts if h.key in hello
     ]
@@ -150,8 +155,9 @@ def gather(
         for h in everyone
         if h.key in hello
     }
-    port = request.port or local_free_ports(1)[0]
-    scheduler = Scheduler(here.key, request.host_ip or advertised.get(here.key, ""), port)
+    free = hello[home.key].free_ports if home.key in hello else ()
+    port = request.port or (free[0] if free else local_free_ports(1)[0])
+    scheduler = Scheduler(home.key, request.host_ip or advertised.get(home.key, ""), port)
     scheduler, connects, listen_errors = probe_network(
         sessions, advertised, scheduler, request.wait_s
     )
@@ -159,9 +165,9 @@ def gather(
     probes = ops.probe(
         sessions, PROBE_TIMEOUT_S, lambda s: _probe_fields(request, s.host, scheduler)
     )
-    if request.port is not None and here.key in probes:
-        reply = probes[here.key]
-        answered = probes.times[here.key][1]
+    if request.port is not None and home.key in probes:
+        reply = probes[home.key]
+        answered = probes.times[home.key][1]
         if isinstance(reply, dict):
             scheduler = replace(
                 scheduler, holders=tuple(reply.get(proto.PROBE_PORT_HOLDERS) or ()), now=answered
@@ -207,11 +213,14 @@ def _hello(
     sessions: dict[str, AgentSession],
     shown: Mapping[str, str],
     problems: Mapping[str, Problem],
+    scheduler_host: str | None = None,
 ) -> tuple[dict[str, ops.HelloFacts], dict[str, Problem]]:
-    """Each agent's hello, and the problems so far
-    plus those of agents that did not answer (whose sessions are dropped: nothing more is
+    """Each agent's hello (the scheduler's host with a free port for it), and the problems so
+    far plus those of agents that did not answer (whose sessions are dropped: nothing more is
     asked of them)."""
-    hellos = ops.hello(sessions, STEP_TIMEOUT_S)
+    hellos = ops.hello(
+        sessions, STEP_TIMEOUT_S, ports_for=lambda s: int(s.host.key == scheduler_host)
+    )
     failed = dict(problems)
     for key, error in hellos.failed.items():
         failed[key] = Problem(

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from dtrain.errors import HostsFileError
+from dtrain.errors import HostsFileError, UsageError
 
 
 def bracketed(address: str) -> str:
@@ -111,6 +111,22 @@ def is_loopback(address: str) -> bool:
 def local_host(name: str) -> Host:
     """The launching machine, named as its hostname."""
     return Host(name=name, is_local=True)
+
+
+def named(hosts: Iterable[Host], wanted: str) -> Host | None:
+    """The host a flag names (`--scheduler-host`): as shown (`node1:2202`) or by name."""
+    return next((host for host in hosts if wanted in (host.display, host.name)), None)
+
+
+def require_named(hosts: Sequence[Host], wanted: str, flag: str) -> Host:
+    """The host `flag` names, or a UsageError that lists the ones it could name."""
+    host = named(hosts, wanted)
+    if host is None:
+        listed = ", ".join(h.display for h in hosts) if hosts else "none (no -H given)"
+        raise UsageError(
+            f'{flag} "{wanted}" is not in the hosts file', hint=f"name one of the hosts: {listed}"
+        )
+    return host
 
 
 def parse_hosts(text: str, path: str) -> tuple[Host, ...]:

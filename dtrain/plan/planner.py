@@ -23,7 +23,7 @@ from datetime import datetime
 
 from dtrain.errors import DtrainError, UsageError
 from dtrain.plan import frameworks
-from dtrain.plan.hosts import MAX_SLOTS, Host, is_loopback
+from dtrain.plan.hosts import MAX_SLOTS, Host, is_loopback, named, require_named
 from dtrain.plan.spec import Endpoint, Framework, JobPlan, PlacedTask, Role, TaskSpec
 from dtrain.remote import proto
 
@@ -182,13 +182,7 @@ def validate(request: JobRequest) -> None:
     if request.scheduler_host is not None:
         if fw is not Framework.DMLC:
             raise UsageError(f"--scheduler-host is for dmlc jobs; {fw.value} jobs have none")
-        if _scheduler_host(request) is None:
-            names = [host.display for host in request.hosts]
-            listed = ", ".join(names) if names else "none (no -H given)"
-            raise UsageError(
-                f'--scheduler-host "{request.scheduler_host}" is not in the hosts file',
-                hint=f"name one of the hosts: {listed}",
-            )
+        require_named(request.hosts, request.scheduler_host, "--scheduler-host")
     if request.nproc_per_host is not None:
         if request.nproc_per_host < 1:
             raise UsageError("--nproc-per-host must be at least 1")
@@ -214,12 +208,10 @@ def validate(request: JobRequest) -> None:
 
 
 def _scheduler_host(request: JobRequest) -> Host | None:
-    """The host --scheduler-host names: as shown (`node1:2202`) or by name."""
-    wanted = request.scheduler_host
-    for host in request.hosts:
-        if wanted in (host.display, host.name):
-            return host
-    return None
+    """The host --scheduler-host names, if any."""
+    if request.scheduler_host is None:
+        return None
+    return named(request.hosts, request.scheduler_host)
 
 
 def _shape(request: JobRequest) -> frameworks.Shape:

@@ -104,6 +104,29 @@ def test_healthy_hosts_pass_every_check(cluster: Cluster, script_dir: Path) -> N
     assert "FAIL" not in text.stdout
 
 
+def test_the_scheduler_is_checked_on_the_host_scheduler_host_names(
+    cluster: Cluster, script_dir: Path
+) -> None:
+    """As launch --scheduler-host runs it: h2 listens, the others reach it there, and this
+    machine, which runs nothing of the job, is not checked; a name not in -H is one line."""
+    code, results, _ = doctor(
+        cluster, ["--scheduler-host", "h2", "--", PYTHON, "train.py"], script_dir
+    )
+    assert code == 0, results
+    assert {host for _, host in results} == {"h1", "h2", "h3"}
+    h2 = cluster.host("h2").address
+    assert re.fullmatch(
+        rf"the scheduler can listen on {re.escape(h2)}:\d+ here",
+        results[("scheduler", "h2")]["detail"],
+    )
+    for name in ("h1", "h3"):
+        detail = results[("scheduler", name)]["detail"]
+        assert detail.startswith(f"reaches the scheduler at {h2}:"), detail
+    wrong, _ = doctor_run(cluster, ["doctor", "--scheduler-host", "h9", "--", "true"], script_dir)
+    assert wrong.returncode == 2
+    assert wrong.stderr.splitlines()[0] == 'dtrain: --scheduler-host "h9" is not in the hosts file'
+
+
 @pytest.mark.parametrize(
     ("action", "evidence"),
     [

@@ -69,6 +69,19 @@ def test_doctor_ps_kill_stacks_and_their_dry_runs_answer_off_linux_as_on_linux(
         assert off_document["status"] == on_document["status"], (args, off.stderr)
 
 
+def test_doctor_with_the_scheduler_on_a_host_passes_off_linux(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """What the hint off Linux says: with --scheduler-host this machine runs nothing of the
+    job, so doctor checks only the hosts, all of which pass."""
+    args = command(["doctor", "--json", "--scheduler-host", "h1"], cluster)
+    off = run_off_linux([*DARWIN, *args], tmp_path, timeout_s=90, env=dtrain_env(cluster))
+    assert off.returncode == 0, off.stderr
+    document = json.loads(off.stdout)
+    assert {r[1] for r in rows(document, "")} == {"h1", "h2", "h3"}
+    assert NEEDS_LINUX not in off.stdout + off.stderr
+
+
 def rows(
     document: dict[str, object], prefix: str, check: str | None = None
 ) -> list[tuple[str, str, str]]:
