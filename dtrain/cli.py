@@ -31,6 +31,7 @@ from dtrain.flags import (
     F,
     Seconds,
     allocation_options,
+    container_options,
     hosts_option,
     job_option,
     json_option,
@@ -228,6 +229,7 @@ ROLE_ENV_FLAGS = {
 )
 @remote_python_option
 @ssh_options
+@container_options(fresh=True)
 @setup_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option(
@@ -391,8 +393,8 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         slurm=where.slurm,
         take_stacks=not flags.no_stacks,
     )
-    if where.slurm is not None and where.hosts:
-        request = with_slurm_hosts(request, where.hosts)
+    if where.hosts and (where.slurm is not None or options.ssh.container is not None):
+        request = with_slurm_hosts(request, where.hosts)  # the scheduler on the first host
     if where.note is not None and not flags.dry_run:
         click.echo(f"dtrain: {where.note}", err=True)
     return request, options
@@ -472,6 +474,7 @@ def finish_sweep(
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @json_option
 @reports_errors_as_json("ps")
 def ps_command(
@@ -543,6 +546,7 @@ def ps_command(
 )
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @json_option
 @reports_errors_as_json("kill")
 def kill_command(
@@ -608,6 +612,7 @@ def kill_command(
 @log_dir_option("Where the job's directory is: each task's full stack is written there.")
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @json_option
 @reports_errors_as_json("stacks")
 def stacks_command(
@@ -690,6 +695,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @setup_options
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

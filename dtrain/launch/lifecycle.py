@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dtrain import containers
 from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
-from dtrain.errors import DtrainError, PreflightFailed
+from dtrain.errors import DtrainError, PreflightFailed, UsageError
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
@@ -228,7 +229,7 @@ class Launch:
         allocating = slurm is not None and slurm.nodes is not None
         planner.validate(self.request)  # bad requests fail before any connection
         placed = () if allocating else planner.place(self.request)
-        _check_tasks_here(placed)
+        _check_tasks_here(placed, self.options.ssh.container is not None)
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
         hosts = self._agent_group()
         started = False
@@ -298,8 +299,12 @@ class Launch:
     def _agent_group(self) -> AgentGroup:
         """The job's agents, whose --setup processes carry the job's tag."""
         options = self.options
+        ssh = options.ssh
+        if ssh.container is not None:  # named after the job, the job's directories mounted
+            mounts = (self.request.workdir, self.request.sync_dst or "")
+            ssh = replace(ssh, container=containers.for_job(ssh.container, self.job_id, mounts))
         return AgentGroup(
-            options.ssh,
+            ssh,
             options.remote_python,
             options.slurm,
             job_id=self.job_id,
@@ -448,9 +453,15 @@ def _engine_record(hosts: AgentGroup) -> dict[str, Any] | None:
     return {"name": "slurm", "job_id": hosts.step.job_id, "step_id": hosts.step.step_id}
 
 
-def _check_tasks_here(placed: Sequence[PlacedTask]) -> None:
+def _check_tasks_here(placed: Sequence[PlacedTask], in_container: bool = False) -> None:
     """Tasks placed on this machine when it cannot run them: one line, before any connection."""
     here = sum(1 for task in placed if task.host.is_local)
+    if here and in_container:
+        raise UsageError(
+            f"{here} task{'s' if here != 1 else ''} would run on this machine, outside the "
+            "container: --container and --image run over ssh only, for now",
+            hint="give --scheduler-host a host of the hosts file, or list this machine there",
+        )
     refused = tasks_here_refused() if here else None
     if refused is not None:
         what = f"{here} task{'s' if here != 1 else ''} would run on this machine: {refused}"
