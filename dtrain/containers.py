@@ -27,7 +27,7 @@ RUNTIMES = ("podman", "docker")
 # (the tasks advertise it).
 PASSED_ENV = ("SSH_CONNECTION",)
 REFUSED_EXIT = 125  # the host script refused (no runtime, container not running, no image)
-NO_PYTHON_EXIT = 127  # the runtime found no sh or python3 in the container
+NO_PYTHON_EXIT = 127  # the runtime found no such command in the container
 JOB_LABEL = "dtrain.job"
 # Docker's and podman's rule for container names; image references are checked more loosely
 # (no whitespace, no leading dash): the runtime itself says what is wrong with one.
@@ -137,7 +137,7 @@ def client_argv(spec: ContainerSpec, runtime: str, inner: Sequence[str]) -> list
     return [*argv, *passed, *spec.args, spec.image, *inner]
 
 
-def host_script(spec: ContainerSpec, inner: Sequence[str]) -> str:
+def host_script(spec: ContainerSpec, inner: Sequence[str], python: str = "python3") -> str:
     """The POSIX shell script a host runs to start `inner` (the agent's command) in the
     container: the runtime found (or the one named), the container running or the image
     present, then the client. A refusal is one line on stderr naming the host (exit 125)."""
@@ -174,12 +174,20 @@ def host_script(spec: ContainerSpec, inner: Sequence[str]) -> str:
             f"exit {REFUSED_EXIT}; }}"
         )
     client = client_argv(spec, "", inner)[1:]
+    # Only when the agent failed: has the container that python at all? (With --init, a
+    # missing command is the init's failure, not the runtime's 127.)
+    if spec.is_fresh:
+        probe = ["run", "--rm", "--network", "host", spec.image or "", python, "-S", "-c", ""]
+    else:
+        probe = ["exec", spec.container or "", python, "-S", "-c", ""]
     lines += [
         '"$rt" ' + " ".join(q(arg) for arg in client),
         "s=$?",
-        f'[ $s -ne {NO_PYTHON_EXIT} ] || echo "dtrain: no python3 >= 3.6 in {spec.shown} '
+        f'if [ $s -ne 0 ]; then "$rt" {" ".join(q(a) for a in probe)} >/dev/null 2>&1',
+        f'  [ $? -ne {NO_PYTHON_EXIT} ] || echo "dtrain: no python3 >= 3.6 in {spec.shown} '
         f"{where} ($rt): the agent runs inside the container; use an image with python3 "
         '(or name it with --remote-python PATH)" >&2',
+        "fi",
         "exit $s",
     ]
     return "\n".join(lines)

@@ -94,7 +94,8 @@ def remote_command(python: str = AUTO_PYTHON, container: ContainerSpec | None = 
     inside, no quotes but double ones, and the boot code travels as an argument.
     """
     if container is not None:
-        return f"sh -c {shlex.quote(host_script(container, agent_argv(python)))}"
+        probe = "python3" if python == AUTO_PYTHON else python
+        return f"sh -c {shlex.quote(host_script(container, agent_argv(python), probe))}"
     return shlex.join(agent_argv(python))
 
 
