@@ -29,10 +29,10 @@ PASSED_ENV = ("SSH_CONNECTION",)
 REFUSED_EXIT = 125  # the host script refused (no runtime, container not running, no image)
 NO_PYTHON_EXIT = 127  # the runtime found no such command in the container
 JOB_LABEL = "dtrain.job"
-# Docker's and podman's rule for container names; image references are checked more loosely
-# (no whitespace, no leading dash): the runtime itself says what is wrong with one.
+# Docker's and podman's rule for container names, and the characters an image reference
+# (registry/name:tag@digest) can hold: neither needs quoting in the host script's messages.
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-_IMAGE_RE = re.compile(r"[^\s-][^\s]*\Z")
+_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./:@-]*\Z")
 RUNTIME_HINT = (
     "install podman (or docker, with its daemon running) on every host, or name the one "
     "to use with --container-runtime"
@@ -161,8 +161,8 @@ def host_script(spec: ContainerSpec, inner: Sequence[str], python: str = "python
         assert spec.image is not None
         lines.append(
             f'"$rt" image inspect --format . {q(spec.image)} >/dev/null 2>&1 || {{ echo '
-            f'"dtrain: image {spec.image} is not {where} ($rt): `$rt pull {spec.image}` '
-            f'there (dtrain pulls nothing)" >&2; exit {REFUSED_EXIT}; }}'
+            f'"dtrain: image {spec.image} is not {where} ($rt): pull or load it there '
+            f'(dtrain pulls nothing)" >&2; exit {REFUSED_EXIT}; }}'
         )
         lines += [f"mkdir -p {q(path)} 2>/dev/null" for path in spec.mounts]
     else:

@@ -19,6 +19,7 @@ step() { printf '\n== %s\n' "$*"; }
 step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null || ! command -v nc >/dev/null \
+    || ! command -v podman >/dev/null || ! command -v runc >/dev/null \
     || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null; then
     apt-get update -qq
 fi
@@ -28,7 +29,7 @@ fi
 # unused: the test cluster runs auth/none) on install.
 apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
-    netcat-openbsd \
+    netcat-openbsd podman runc catatonit \
     slurmctld slurmd slurm-client \
     >/dev/null
 
