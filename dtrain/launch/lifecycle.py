@@ -26,6 +26,7 @@ from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
+from dtrain.remote import proto
 from dtrain.transport.machine import (
     TASKS_ELSEWHERE_HINT,
     local_address,
@@ -289,6 +290,8 @@ class Launch:
                     job_file.tasks_started()
                     phase("tasks started")
                     result = supervisor.run()
+                hosts.close()  # every agent done with its tasks (closing again below is a no-op)
+                self._sweep_lost(result)
                 self._record(job_file, result)
                 return result
         finally:
@@ -310,6 +313,30 @@ class Launch:
             job_id=self.job_id,
             setup_output=self.console.setup_output,
         )
+
+    def _sweep_lost(self, result: JobResult) -> None:
+        """--container: a host whose agent died (SIGKILL) still has what its tasks started in
+        sessions of their own, orphaned to the container's init; stop it there by the job's
+        tag. (--image needs none of this: its init takes the whole container down.)"""
+        container = self.options.ssh.container
+        if container is None or container.is_fresh or self.plan is None:
+            return
+        lost = {e.host for e in result.exits if e.reason == proto.REASON_LOST}
+        hosts = [h for h in self.plan.hosts if lost & {h.display, h.name, h.key}]
+        if not hosts:
+            return
+        from dtrain.processes import sweep
+
+        ssh = replace(self.options.ssh, setup=())
+        done = sweep.kill(hosts, ssh, self.job_id, grace_s=self.options.grace_s)
+        for key, outcome in done.items():
+            if outcome.error is not None or outcome.survivors:
+                self.console.note(
+                    f"could not stop what the job left in {container.shown} on {key}: "
+                    f"{outcome.error.message if outcome.error else 'processes survived'}; "
+                    f"{self.options.kill_command} --container {container.container} "
+                    f"--job {self.job_id}"
+                )
 
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
         """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""

@@ -186,11 +186,14 @@ def test_the_agent_killed_inside_a_container_takes_its_tasks_along(
     podman: PodmanHosts, tmp_path: Path
 ) -> None:
     with_containers(podman, tmp_path)
-    launch = start(podman, ["-n", "2", "--container", "train", "--", "python3", BY_TASK], tmp_path)
+    args = ["-n", "2", "--container", "train", "--", "python3", BY_TASK, "*=tree"]
+    launch = start(podman, args, tmp_path)
     try:
         job = wait_started(tmp_path)
+        assert wait_until(lambda: len(job_processes(job)) >= 2 * 3)  # workers and sleepers
         table = procs.snapshot()
-        agents = {table[pid].ppid for pid in job_processes(job)}
+        tagged = {p for p, proc in table.items() if proc.tags.get(proto.JOB_ID_VAR) == job}
+        agents = {table[pid].ppid for pid in tagged if table[pid].ppid not in tagged}
         assert len(agents) == 2  # one agent per host, each inside its container
         os.kill(min(agents), signal.SIGKILL)
         code = launch.wait(timeout=60)
