@@ -182,11 +182,16 @@ def test_the_launcher_killed_interrupted_or_timed_out_leaves_nothing(
     assert_nothing_left(podman, job, ("train",) if mode == "container" else ())
 
 
+@pytest.mark.parametrize("mode", ["image", "container"])
 def test_the_agent_killed_inside_a_container_takes_its_tasks_along(
-    podman: PodmanHosts, tmp_path: Path
+    podman: PodmanHosts, tmp_path: Path, mode: str
 ) -> None:
-    with_containers(podman, tmp_path)
-    args = ["-n", "2", "--container", "train", "--", "python3", BY_TASK, "*=tree"]
+    if mode == "container":
+        with_containers(podman, tmp_path)
+        where = ["--container", "train"]
+    else:
+        where = ["--image", IMAGE, MOUNT_ROOT]
+    args = ["-n", "2", *where, "--", "python3", BY_TASK, "*=tree"]
     launch = start(podman, args, tmp_path)
     try:
         job = wait_started(tmp_path)
@@ -201,8 +206,8 @@ def test_the_agent_killed_inside_a_container_takes_its_tasks_along(
         if launch.poll() is None:
             launch.kill()
         launch.communicate(timeout=10)
-    assert code != 0
-    assert_nothing_left(podman, job, ("train",))
+    assert code == 255  # the host is lost
+    assert_nothing_left(podman, job, ("train",) if mode == "container" else ())
 
 
 def test_a_pytorch_ddp_job_trains_inside_fresh_containers(
