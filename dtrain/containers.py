@@ -127,7 +127,8 @@ def client_argv(spec: ContainerSpec, runtime: str, inner: Sequence[str]) -> list
         assert spec.container is not None
         return [runtime, "exec", "-i", *passed, spec.container, *inner]
     assert spec.image is not None
-    argv = [runtime, "run", "--rm", "-i", "--init", "--network", "host", "--ipc", "host"]
+    argv = [runtime, "run", "--rm", "-i", "--init", "--pull", "never"]
+    argv += ["--network", "host", "--ipc", "host"]
     if spec.name is not None:
         argv += ["--name", spec.name]
     if spec.job_id is not None:
@@ -139,8 +140,9 @@ def client_argv(spec: ContainerSpec, runtime: str, inner: Sequence[str]) -> list
 
 def host_script(spec: ContainerSpec, inner: Sequence[str], python: str = "python3") -> str:
     """The POSIX shell script a host runs to start `inner` (the agent's command) in the
-    container: the runtime found (or the one named), the container running or the image
-    present, then the client. A refusal is one line on stderr naming the host (exit 125)."""
+    container: the runtime found (or the one named), then the client; if that fails, why (the
+    container not running, the image missing, no python3), one line on stderr naming the host.
+    """
     q = shlex.quote
     where = "on $(uname -n)"
     candidates = (spec.runtime,) if spec.runtime is not None else RUNTIMES
@@ -158,36 +160,32 @@ def host_script(spec: ContainerSpec, inner: Sequence[str], python: str = "python
         f'{RUNTIME_HINT}" >&2; exit {REFUSED_EXIT}; }}',
     ]
     if spec.is_fresh:
-        assert spec.image is not None
-        lines.append(
-            f'"$rt" image inspect --format . {q(spec.image)} >/dev/null 2>&1 || {{ echo '
-            f'"dtrain: image {spec.image} is not {where} ($rt): pull or load it there '
-            f'(dtrain pulls nothing)" >&2; exit {REFUSED_EXIT}; }}'
-        )
         lines += [f"mkdir -p {q(path)} 2>/dev/null" for path in spec.mounts]
-    else:
-        assert spec.container is not None
-        lines.append(
-            f'[ "$("$rt" container inspect --format "{{{{.State.Running}}}}" {q(spec.container)}'
-            f' 2>/dev/null)" = true ] || {{ echo "dtrain: container {spec.container} is not '
-            f'running {where} ($rt): start it there first, or use --image IMAGE" >&2; '
-            f"exit {REFUSED_EXIT}; }}"
-        )
     client = client_argv(spec, "", inner)[1:]
-    # Only when the agent failed: has the container that python at all? (With --init, a
-    # missing command is the init's failure, not the runtime's 127.)
+    lines += ['"$rt" ' + " ".join(q(arg) for arg in client), "s=$?", "[ $s -ne 0 ] || exit 0"]
+    # Why it failed, asked only now: a launch that works pays for none of these questions.
+    refuse = f">&2; exit {REFUSED_EXIT}; }}"
     if spec.is_fresh:
+        lines.append(
+            f'"$rt" image inspect --format . {q(spec.image or "")} >/dev/null 2>&1 || {{ echo '
+            f'"dtrain: image {spec.image} is not {where} ($rt): pull or load it there '
+            f'(dtrain pulls nothing)" {refuse}'
+        )
         probe = ["run", "--rm", "--network", "host", spec.image or "", python, "-S", "-c", ""]
     else:
+        lines.append(
+            f'[ "$("$rt" container inspect --format "{{{{.State.Running}}}}" '
+            f'{q(spec.container or "")} 2>/dev/null)" = true ] || {{ echo "dtrain: container '
+            f"{spec.container} is not running {where} ($rt): start it there first, or use "
+            f'--image IMAGE" {refuse}'
+        )
         probe = ["exec", spec.container or "", python, "-S", "-c", ""]
+    # with --init, a missing command is the init's failure, not the runtime's 127: ask
     lines += [
-        '"$rt" ' + " ".join(q(arg) for arg in client),
-        "s=$?",
-        f'if [ $s -ne 0 ]; then "$rt" {" ".join(q(a) for a in probe)} >/dev/null 2>&1',
-        f'  [ $? -ne {NO_PYTHON_EXIT} ] || echo "dtrain: no python3 >= 3.6 in {spec.shown} '
+        f'"$rt" {" ".join(q(a) for a in probe)} >/dev/null 2>&1',
+        f'[ $? -ne {NO_PYTHON_EXIT} ] || echo "dtrain: no python3 >= 3.6 in {spec.shown} '
         f"{where} ($rt): the agent runs inside the container; use an image with python3 "
         '(or name it with --remote-python PATH)" >&2',
-        "fi",
         "exit $s",
     ]
     return "\n".join(lines)

@@ -81,7 +81,8 @@ def test_the_clients_argv_for_exec_and_for_run() -> None:
     ]  # fmt: skip
     fresh = for_job(ContainerSpec(image="img", args=("--gpus", "all")), "job1", ["/w d"])
     assert client_argv(fresh, "docker", ["sh"]) == [
-        "docker", "run", "--rm", "-i", "--init", "--network", "host", "--ipc", "host",
+        "docker", "run", "--rm", "-i", "--init", "--pull", "never",
+        "--network", "host", "--ipc", "host",
         "--name", "dtrain-job1", "--label", "dtrain.job=job1", "-v", "/w d:/w d",
         "-e", "SSH_CONNECTION", "--gpus", "all", "img", "sh",
     ]  # fmt: skip
@@ -139,10 +140,12 @@ def test_exec_runs_the_agent_in_the_running_container(bin_dir: Path) -> None:
     assert calls == [["exec", "-i", "-e", "SSH_CONNECTION", "train", "sh", "-c", "a b"]]
 
 
-def test_a_container_that_is_not_running_is_refused_in_one_line(bin_dir: Path) -> None:
+def test_a_container_that_is_not_running_is_named_in_one_line(bin_dir: Path) -> None:
     stand_in(bin_dir, "podman")
-    done, calls = run_script(ContainerSpec(container="train"), bin_dir, ["sh"], running="no")
-    assert done.returncode == containers.REFUSED_EXIT and calls == []
+    done, calls = run_script(
+        ContainerSpec(container="train"), bin_dir, ["sh"], running="no", exit="125"
+    )
+    assert done.returncode == containers.REFUSED_EXIT and [c[0] for c in calls] == ["exec"]
     host = os.uname().nodename
     assert done.stderr == (
         f"dtrain: container train is not running on {host} (podman): start it there first, "
@@ -150,10 +153,10 @@ def test_a_container_that_is_not_running_is_refused_in_one_line(bin_dir: Path) -
     )
 
 
-def test_a_missing_image_is_refused_and_nothing_runs(bin_dir: Path) -> None:
+def test_a_missing_image_is_named_once_the_run_failed_for_it_never_pulled(bin_dir: Path) -> None:
     stand_in(bin_dir, "podman")
-    done, calls = run_script(ContainerSpec(image="img"), bin_dir, ["sh"], image="no")
-    assert done.returncode == containers.REFUSED_EXIT and calls == []
+    done, calls = run_script(ContainerSpec(image="img"), bin_dir, ["sh"], image="no", exit="125")
+    assert done.returncode == containers.REFUSED_EXIT and [c[0] for c in calls] == ["run"]
     assert done.stderr.startswith("dtrain: image img is not on ")
 
 
