@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from dtrain import containers
 from dtrain.containers import ContainerSpec, client_argv, for_job, from_flags, host_script
 from dtrain.errors import UsageError
+from dtrain.transport.local import LocalLink
 
 STAND_IN = """#!/bin/sh
 # a stand-in runtime: answers the host script's questions from the environment, records argv
@@ -211,3 +212,22 @@ def test_argv_reaches_the_runtime_byte_for_byte(
     done, calls = run_script(spec, folder, inner, image="yes")
     assert done.returncode == 0, done.stderr
     assert calls == [client_argv(spec, "podman", inner)[1:]]
+
+
+def test_the_local_engine_starts_its_agent_through_the_runtime(bin_dir: Path) -> None:
+    """LocalLink's wrap, with a stand-in podman that runs what it was asked to exec: the agent
+    boots from the payload sent through it, and leaves at end of input."""
+    runtime = bin_dir / "podman"
+    runtime.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$1" >> "$FAKE_LOG"\n'
+        'case "$1" in container) echo true; exit 0 ;; esac\n'
+        'shift 5\nexec "$@"\n'  # exec -i -e SSH_CONNECTION NAME ...
+    )
+    runtime.chmod(0o755)
+    log = bin_dir.parent / "calls"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(log)}
+    link = LocalLink(env=env, container=ContainerSpec(container="train"))
+    link.close_input()
+    assert link.proc.wait(timeout=30) == 0, link.stderr_text()
+    link.close()
+    assert log.read_text() == "exec\n"
