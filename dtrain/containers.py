@@ -112,6 +112,13 @@ def for_job(spec: ContainerSpec, job_id: str, mounts: Sequence[str]) -> Containe
     if not spec.is_fresh:
         return dataclasses.replace(spec, job_id=job_id)
     unique = tuple(dict.fromkeys(m for m in mounts if m))
+    for path in unique:
+        if ":" in path:  # `-v SRC:DST` has no way to write one
+            raise UsageError(
+                f"--image: cannot mount {path!r} into the container: it holds a ':'",
+                hint="run from (or --sync-dst-dir to) a directory without ':', or use "
+                "--container with a container that mounts it",
+            )
     return dataclasses.replace(spec, name=container_name(job_id), mounts=unique, job_id=job_id)
 
 

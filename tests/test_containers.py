@@ -76,6 +76,14 @@ def test_a_fresh_container_is_named_after_the_job_and_mounts_its_directories() -
     assert running == ContainerSpec(container="train", job_id="job")
 
 
+def test_a_directory_the_runtime_cannot_mount_is_one_usage_line() -> None:
+    with pytest.raises(UsageError) as caught:
+        for_job(ContainerSpec(image="img"), "job", ["/data/a:b"])
+    assert (
+        caught.value.what == "--image: cannot mount '/data/a:b' into the container: it holds a ':'"
+    )
+
+
 def test_the_clients_argv_for_exec_and_for_run() -> None:
     assert client_argv(ContainerSpec(container="train"), "podman", ["sh", "-c", "x"]) == [
         "podman", "exec", "-i", "-e", "SSH_CONNECTION", "train", "sh", "-c", "x"

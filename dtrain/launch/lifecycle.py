@@ -231,8 +231,8 @@ class Launch:
         planner.validate(self.request)  # bad requests fail before any connection
         placed = () if allocating else planner.place(self.request)
         _check_tasks_here(placed, self.options.ssh.container is not None)
+        hosts = self._agent_group()  # a directory --image cannot mount fails here
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
-        hosts = self._agent_group()
         started = False
         try:
             if self.request.hosts and slurm is None:  # a host listed twice is a mistake
