@@ -92,9 +92,13 @@ def run_doctor(
     With `slurm`, the hosts' agents come from one Slurm step (this machine's stays local)."""
     started = time.monotonic()
     here = local_host(local_hostname())
-    everyone = (here, *request.hosts)
     over_ssh = bool(request.hosts) and slurm is None
-    missing = _without_openssh([h for h in request.hosts if not h.is_local]) if over_ssh else {}
+    if ssh.container is not None and request.hosts:
+        # A container job's scheduler runs on the first host, in its container: that host
+        # stands where this machine stands for other jobs (which runs no task then).
+        here, request = request.hosts[0], replace(request, hosts=request.hosts[1:])
+    everyone = (here, *request.hosts)
+    missing = _without_openssh([h for h in everyone if not h.is_local]) if over_ssh else {}
     over_ssh = over_ssh and not missing
     with AgentGroup(ssh, remote_python, slurm, setup_output=setup_output) as group:
         sessions, problems = group.open_reachable([h for h in everyone if h.key not in missing])

@@ -280,8 +280,10 @@ def test_doctor_checks_inside_the_container(podman: PodmanHosts, tmp_path: Path)
     out = dtrain(podman, ["doctor", "--container", "train", "--json"], tmp_path)
     document = json.loads(out.split("\n", 1)[1].split("\ndtrain:", 1)[0])
     python = {r["host"]: r for r in document["data"]["results"] if r["check"] == "python"}
+    assert sorted(python) == ["h1", "h2"], out  # this machine runs no task of such a job
     for host in ("h1", "h2"):  # the image's python, not the hosts' own (a pyenv shim here)
         assert python[host]["detail"] == "python3 runs /usr/bin/python3 3.11.2", out
+    assert document["status"] == "ok", out
     missing = dtrain(podman, ["doctor", "--container", "nosuch"], tmp_path)
     assert "container nosuch is not running on h1 (podman)" in missing, missing
 
