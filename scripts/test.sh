@@ -16,10 +16,10 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm"
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, podman, docker"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null || ! command -v nc >/dev/null \
-    || ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+    || ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v dockerd >/dev/null \
     || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null; then
     apt-get update -qq
 fi
@@ -29,7 +29,7 @@ fi
 # unused: the test cluster runs auth/none) on install.
 apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
-    netcat-openbsd podman runc catatonit \
+    netcat-openbsd podman runc catatonit docker.io \
     slurmctld slurmd slurm-client \
     >/dev/null
 

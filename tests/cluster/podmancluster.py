@@ -1,4 +1,5 @@
-"""Real podman on every host of a running test cluster, and a small python3 image, no registry.
+"""Real podman (or docker) on every host of a running test cluster, and a small python3 image,
+no registry.
 
 Each host gets what a real machine has (see the notes in the module's functions): its own
 container store (`/var/lib/containers` bound from a per-host directory; `/run` is already the
@@ -21,6 +22,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -147,6 +149,8 @@ def _cgroup_script() -> str:
 class PodmanHosts:
     """podman on every host of `cluster` (already started), each with the test image."""
 
+    runtime = "podman"
+
     def __init__(self, cluster: Cluster, rootfs: Path) -> None:
         self.cluster = cluster
         self.rootfs = rootfs
@@ -196,14 +200,15 @@ class PodmanHosts:
         )
         self.cluster.run(host, script, timeout=STEP_TIMEOUT_S, check=True)
 
-    def podman(
+    def cli(
         self, host: ClusterHost | str, *args: str, timeout: float = 30.0, check: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        return self.cluster.run(host, ["podman", *args], timeout=timeout, check=check)
+        """The runtime's command line on `host`."""
+        return self.cluster.run(host, [self.runtime, *args], timeout=timeout, check=check)
 
     def container_names(self, host: ClusterHost | str) -> list[str]:
         """Every container on the host, running or not."""
-        out = self.podman(host, "ps", "-a", "--format", "{{.Names}}", check=True).stdout
+        out = self.cli(host, "ps", "-a", "--format", "{{.Names}}", check=True).stdout
         return out.split()
 
     def start_container(
@@ -211,7 +216,7 @@ class PodmanHosts:
     ) -> None:
         """A long-running container `name` (what `--container` execs into), with --init."""
         volumes = [arg for m in mounts for arg in ("-v", f"{m}:{m}:ro")]
-        self.podman(
+        self.cli(
             host, "run", "-d", "--init", "--name", name, "--network", "host", "--ipc", "host",
             *volumes, IMAGE, "sleep", "infinity", check=True, timeout=60,
         )  # fmt: skip
@@ -225,7 +230,7 @@ class PodmanHosts:
             "    try: print(open('/proc/%s/cmdline' % p).read().replace('\\0', ' '))\n"
             "    except OSError: pass\n"
         )
-        out = self.podman(host, "exec", name, "python3", "-S", "-c", code, check=True).stdout
+        out = self.cli(host, "exec", name, "python3", "-S", "-c", code, check=True).stdout
         return [line for line in out.splitlines() if line.strip() and "sleep infinity" not in line]
 
     def stop(self) -> None:
@@ -242,5 +247,52 @@ class PodmanHosts:
             "podman rm -af -t 0 >/dev/null 2>&1; podman rmi -af >/dev/null 2>&1; "
             "umount /var/lib/containers/storage/overlay 2>/dev/null; "
             "umount -R /var/lib/containers 2>/dev/null; true",
+            timeout=STEP_TIMEOUT_S,
+        )
+
+
+class DockerHosts(PodmanHosts):
+    """One dockerd per host (docker's containers belong to the daemon, and `--network host`
+    means the daemon's network namespace: it must run inside the host), with its own data and
+    exec roots, no bridge, no iptables, no forwarding; the same image imported."""
+
+    runtime = "docker"
+    START_S = 30.0
+
+    def _prepare(self, host: ClusterHost) -> None:
+        d = self.host_dir(host)
+        (d / "docker").mkdir(parents=True)
+        script = "\n".join(
+            [
+                "set -e",
+                _cgroup_script(),
+                "mkdir -p /var/lib/docker",
+                f"mount --bind {d / 'docker'} /var/lib/docker",
+            ]
+        )
+        self.cluster.run(host, script, timeout=STEP_TIMEOUT_S, check=True)
+        dockerd = [
+            "dockerd", "--iptables=false", "--ip6tables=false", "--ip-forward=false",
+            "--ip-masq=false", "--bridge=none", "--userland-proxy=false",
+            "--data-root", "/var/lib/docker", "--exec-root", "/run/docker",
+            "--pidfile", "/run/docker.pid", "-H", "unix:///run/docker.sock",
+        ]  # fmt: skip
+        with open(d / "dockerd.log", "ab") as log:
+            self.cluster.spawn(host, dockerd, stdout=log, stderr=log)
+        deadline = time.monotonic() + self.START_S
+        while self.cli(host, "version", "--format", "{{.Server.Version}}").returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd did not start on {host.name}: {d / 'dockerd.log'}")
+            time.sleep(0.2)
+        self.cli(host, "import", str(self.rootfs), IMAGE, timeout=STEP_TIMEOUT_S, check=True)
+
+    def _clean(self, host: ClusterHost) -> None:
+        self.cluster.run(
+            host,
+            "docker ps -aq | xargs -r docker rm -f >/dev/null 2>&1; "
+            "docker images -q | xargs -r docker rmi -f >/dev/null 2>&1; "
+            "p=$(cat /run/docker.pid 2>/dev/null) && kill $p && "
+            "for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; "
+            "umount -R /var/lib/docker 2>/dev/null; true",
             timeout=STEP_TIMEOUT_S,
         )

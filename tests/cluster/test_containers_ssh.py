@@ -10,6 +10,7 @@ import functools
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -20,7 +21,13 @@ import pytest
 
 from dtrain.remote import procs, proto
 from tests.cluster.netcluster import Cluster, host_address
-from tests.cluster.podmancluster import IMAGE, PodmanHosts, build_rootfs, framework_libraries
+from tests.cluster.podmancluster import (
+    IMAGE,
+    DockerHosts,
+    PodmanHosts,
+    build_rootfs,
+    framework_libraries,
+)
 from tests.conftest import ROOT, latest_job, program, run_dtrain, start_dtrain
 
 BY_TASK = program("by_task.py")
@@ -29,7 +36,7 @@ GONE_S = 10.0
 SHOW = (
     "import os; e = os.environ; "
     "print(e['DTRAIN_TASK'], e['DMLC_ROLE'], e['DMLC_NODE_HOST'], e['DMLC_PS_ROOT_URI'], "
-    "os.path.exists('/run/.containerenv'), flush=True); "
+    "any(map(os.path.exists, ('/run/.containerenv', '/.dockerenv'))), flush=True); "
     "import time; e['DMLC_ROLE'] != 'worker' and time.sleep(60)"
 )
 
@@ -42,10 +49,22 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_rootfs(tmp_path_factory.mktemp("image") / "rootfs.tar", extra)
 
 
+@pytest.fixture(params=["podman"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The hosts' container runtime: podman, or (parametrized indirectly) docker."""
+    name: str = request.param
+    if name == "docker" and shutil.which("dockerd") is None:
+        pytest.fail("docker cases need dockerd (Debian's docker.io; scripts/test.sh installs it)")
+    return name
+
+
 @pytest.fixture
-def podman(make_cluster: Callable[[int], Cluster], rootfs: Path) -> Iterator[PodmanHosts]:
-    """Two hosts with podman and the test image; every container and store removed after."""
-    hosts = PodmanHosts(make_cluster(2), rootfs)
+def podman(
+    make_cluster: Callable[[int], Cluster], rootfs: Path, runtime: str
+) -> Iterator[PodmanHosts]:
+    """Two hosts with the runtime and the test image; every container and store removed after."""
+    kind = DockerHosts if runtime == "docker" else PodmanHosts
+    hosts = kind(make_cluster(2), rootfs)
     try:
         hosts.start()
         yield hosts
@@ -56,16 +75,19 @@ def podman(make_cluster: Callable[[int], Cluster], rootfs: Path) -> Iterator[Pod
 def dtrain(podman: PodmanHosts, args: list[str], cwd: Path, timeout_s: float = 90) -> str:
     """Run `dtrain COMMAND -H hosts --ssh-config ... ARGS`; its output, exit code first."""
     command, *rest = args
-    cluster = podman.cluster
-    reach = ["-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
-    done = run_dtrain([command, *reach, *rest], cwd, timeout_s=timeout_s)
+    done = run_dtrain([command, *reach(podman), *rest], cwd, timeout_s=timeout_s)
     return f"{done.returncode}\n{done.stdout}{done.stderr}"
 
 
 def start(podman: PodmanHosts, args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return start_dtrain(["launch", *reach(podman), *args], cwd)
+
+
+def reach(podman: PodmanHosts) -> list[str]:
+    """The cluster's hosts and ssh config; docker named (podman is there too, and goes first)."""
     cluster = podman.cluster
-    reach = ["-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
-    return start_dtrain(["launch", *reach, *args], cwd)
+    named = ["--container-runtime", "docker"] if podman.runtime == "docker" else []
+    return ["-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config), *named]
 
 
 def job_processes(job: str) -> list[int]:
@@ -123,6 +145,7 @@ def with_containers(podman: PodmanHosts, tmp_path: Path) -> None:
         podman.start_container(host, "train", mounts=(str(ROOT), str(tmp_path)))
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"], indirect=True)
 def test_image_roles_and_addresses_come_from_inside_a_fresh_container_per_host(
     podman: PodmanHosts, tmp_path: Path
 ) -> None:
@@ -141,6 +164,7 @@ def test_image_roles_and_addresses_come_from_inside_a_fresh_container_per_host(
     assert_nothing_left(podman, latest_job(tmp_path).name)
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"], indirect=True)
 def test_container_fails_fast_with_the_tasks_code_and_leaves_nothing_inside(
     podman: PodmanHosts, tmp_path: Path
 ) -> None:
@@ -152,8 +176,20 @@ def test_container_fails_fast_with_the_tasks_code_and_leaves_nothing_inside(
     assert_nothing_left(podman, latest_job(tmp_path).name, ("train",))
 
 
-@pytest.mark.parametrize("how", ["sigkill", "ctrl-c", "timeout"])
-@pytest.mark.parametrize("mode", ["image", "container"])
+@pytest.mark.parametrize(
+    ("how", "mode", "runtime"),
+    [
+        *(
+            (how, mode, "podman")
+            for how in ("sigkill", "ctrl-c", "timeout")
+            for mode in ("image", "container")
+        ),
+        ("sigkill", "image", "docker"),
+        ("ctrl-c", "container", "docker"),
+        ("timeout", "image", "docker"),
+    ],
+    indirect=["runtime"],
+)
 def test_the_launcher_killed_interrupted_or_timed_out_leaves_nothing(
     podman: PodmanHosts, tmp_path: Path, how: str, mode: str
 ) -> None:
@@ -307,7 +343,7 @@ def test_bad_input_is_one_line_and_nothing_starts_anywhere(
         podman.start_container(first, "train")  # on one host only
         where, expected = ["--container", "train"], "container train is not running on h2 (podman)"
     elif case == "image-missing":
-        podman.podman(second, "rmi", IMAGE, check=True)
+        podman.cli(second, "rmi", IMAGE, check=True)
         where, expected = ["--image", IMAGE], f"image {IMAGE} is not on h2 (podman)"
     elif case == "no-python3":
         bare = "localhost/no-python:1"
