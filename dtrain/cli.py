@@ -31,6 +31,7 @@ from dtrain.flags import (
     F,
     Seconds,
     allocation_options,
+    container_from_flags,
     container_options,
     hosts_option,
     job_option,
@@ -682,6 +683,9 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
         words += ["-H", str(hostfile)]
     if ssh_config is not None:
         words += ["--ssh-config", str(ssh_config)]
+    container = container_from_flags()
+    if container is not None and container.container is not None:  # where its processes are
+        words += ["--container", container.container]
     return shlex.join(words)
 
 

@@ -334,8 +334,7 @@ class Launch:
                 self.console.note(
                     f"could not stop what the job left in {container.shown} on {key}: "
                     f"{outcome.error.message if outcome.error else 'processes survived'}; "
-                    f"{self.options.kill_command} --container {container.container} "
-                    f"--job {self.job_id}"
+                    f"{self.options.kill_command} --job {self.job_id}"
                 )
 
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
