@@ -20,6 +20,7 @@ from dtrain import containers
 from dtrain.containers import ContainerSpec, client_argv, for_job, from_flags, host_script
 from dtrain.errors import UsageError
 from dtrain.transport.local import LocalLink
+from tests.conftest import run_dtrain
 
 STAND_IN = """#!/bin/sh
 # a stand-in runtime: answers the host script's questions from the environment, records argv
@@ -239,3 +240,35 @@ def test_the_local_engine_starts_its_agent_through_the_runtime(bin_dir: Path) ->
     assert link.proc.wait(timeout=30) == 0, link.stderr_text()
     link.close()
     assert log.read_text() == "exec\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "first_line"),
+    [
+        (
+            ["launch", "--container", "a", "--image", "b", "--", "true"],
+            "dtrain: --container and --image exclude each other",
+        ),
+        (
+            ["launch", "--container-arg=--privileged", "--", "true"],
+            "dtrain: --container-arg needs --container NAME or --image IMAGE",
+        ),
+        (
+            ["launch", "--image", "b", "--", "true"],
+            "dtrain: --container and --image run over ssh only: not yet on this machine",
+        ),
+        (
+            ["ps", "--container", "a"],
+            "dtrain: --container and --image run over ssh only: not yet on this machine",
+        ),
+    ],
+)
+def test_the_command_line_refuses_in_one_line_and_starts_nothing(
+    tmp_path: Path, args: list[str], first_line: str
+) -> None:
+    done = run_dtrain(args, tmp_path, timeout_s=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert lines[0] == first_line and lines[1].startswith("  hint: ") and len(lines) == 2
+    assert not (tmp_path / "dtrain-logs").exists()
