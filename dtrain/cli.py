@@ -31,6 +31,8 @@ from dtrain.flags import (
     F,
     Seconds,
     allocation_options,
+    container_from_flags,
+    container_options,
     hosts_option,
     job_option,
     json_option,
@@ -231,6 +233,7 @@ ROLE_ENV_FLAGS = {
 )
 @remote_python_option
 @ssh_options
+@container_options(fresh=True)
 @setup_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option(
@@ -400,8 +403,10 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         engine=where.engine,
         take_stacks=not flags.no_stacks,
     )
-    if where.engine is not None and where.engine.owns_hosts and where.hosts:
-        request = with_slurm_hosts(request, where.hosts)
+    if where.hosts and (
+        (where.engine is not None and where.engine.owns_hosts) or options.ssh.container is not None
+    ):
+        request = with_slurm_hosts(request, where.hosts)  # the scheduler on the first host
     if where.note is not None and not flags.dry_run:
         click.echo(f"dtrain: {where.note}", err=True)
     return request, options
@@ -487,6 +492,7 @@ def finish_sweep(
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @json_option
 @reports_errors_as_json("ps")
 def ps_command(
@@ -561,6 +567,7 @@ def ps_command(
 )
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @json_option
 @reports_errors_as_json("kill")
 def kill_command(
@@ -629,6 +636,7 @@ def kill_command(
 @log_dir_option("Where the job's directory is: each task's full stack is written there.")
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @json_option
 @reports_errors_as_json("stacks")
 def stacks_command(
@@ -700,6 +708,9 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
         words += ["-H", str(hostfile)]
     if ssh_config is not None:
         words += ["--ssh-config", str(ssh_config)]
+    container = container_from_flags()
+    if container is not None and container.container is not None:  # where its processes are
+        words += ["--container", container.container]
     return shlex.join(words)
 
 
@@ -719,6 +730,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @click.option("--interface", help="Network interface whose address tasks use (DMLC_INTERFACE).")
 @remote_python_option
 @ssh_options
+@container_options(fresh=False)
 @setup_options
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dtrain import containers
 from dtrain.inputfiles import InputFile, check_input
 from dtrain.transport.options import DEFAULT_SETUP_TIMEOUT_S, SshOptions
 
@@ -204,6 +205,77 @@ def job_option(func: F) -> F:
     )(func)
 
 
+CONTAINER_FLAGS = "dtrain.container_flags"  # click context meta: the container flags given
+
+
+def _keep_container_flag(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """The container flags are not the command's parameters: `make_ssh_options` reads them
+    from the context, so every command that takes them spells them once (this decorator)."""
+    ctx.meta.setdefault(CONTAINER_FLAGS, {})[param.name] = value
+    return value
+
+
+def container_options(fresh: bool) -> Callable[[F], F]:
+    """--container NAME and --container-runtime; with `fresh` (launch), --image and
+    --container-arg too."""
+    keep: dict[str, Any] = {"expose_value": False, "callback": _keep_container_flag}
+    options = [
+        click.option(
+            "--container",
+            metavar="NAME",
+            help="Run dtrain's agent, and so every task, inside the container NAME already "
+            "running on each host (podman/docker exec).",
+            **keep,
+        ),
+        click.option(
+            "--container-runtime",
+            type=click.Choice(containers.RUNTIMES),
+            help="The container runtime to use (default: podman, else docker with a running "
+            "daemon, on each host).",
+            **keep,
+        ),
+    ]
+    if fresh:
+        options += [
+            click.option(
+                "--image",
+                metavar="IMAGE",
+                help="Start a fresh container of IMAGE on each host for the job (run --rm -i "
+                "--init, host network and IPC, the working directory mounted) and remove it at "
+                "the end; the agent and tasks run inside it.",
+                **keep,
+            ),
+            click.option(
+                "--container-arg",
+                "container_args",
+                multiple=True,
+                metavar="ARG",
+                help="Pass ARG to the runtime's `run` for --image, e.g. "
+                "--container-arg=--device=/dev/fuse (repeatable).",
+                **keep,
+            ),
+        ]
+
+    def decorate(func: F) -> F:
+        for decorator in reversed(options):
+            func = decorator(func)
+        return func
+
+    return decorate
+
+
+def container_from_flags() -> containers.ContainerSpec | None:
+    """The container flags the running command was given (see `_keep_container_flag`)."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx.meta.get(CONTAINER_FLAGS, {}) if ctx is not None else {}
+    return containers.from_flags(
+        given.get("container"),
+        given.get("image"),
+        given.get("container_runtime"),
+        given.get("container_args") or (),
+    )
+
+
 def make_ssh_options(
     ssh_config: Path | None,
     accept_new_host_keys: bool,
@@ -220,4 +292,5 @@ def make_ssh_options(
         connect_timeout_s=connect_timeout,
         setup=setup,
         setup_timeout_s=setup_timeout,
+        container=container_from_flags(),
     )

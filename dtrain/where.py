@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from dtrain.errors import UsageError
+from dtrain.flags import container_from_flags
 from dtrain.inputfiles import read_hosts
 from dtrain.plan import mpi as plan_mpi
 from dtrain.plan import sge as plan_sge
@@ -60,8 +61,29 @@ def where_to_run(
 
     Inside an allocation with no -H, its nodes are the hosts; a node list that cannot be
     expanded is an error, never a fall back to this machine alone. Only launch has --nodes
-    (`can_allocate`): the other commands act on an allocation that exists.
+    (`can_allocate`): the other commands act on an allocation that exists. A container
+    (`--container`, `--image`) is reached over ssh only, for now.
     """
+    container = container_from_flags()
+    where = _where_to_run(launcher, hostfile, env, allocation, can_allocate, mpi)
+    if container is not None and (where.engine is not None or not where.hosts):
+        engine = "under Slurm, Grid Engine or mpirun" if where.engine else "on this machine"
+        raise UsageError(
+            f"--container and --image run over ssh only: not yet {engine}",
+            hint="pass -H hosts (this machine too, by the name ssh reaches it at); "
+            "the README's Containers section says why",
+        )
+    return where
+
+
+def _where_to_run(
+    launcher: str,
+    hostfile: Path | None,
+    env: Mapping[str, str],
+    allocation: SlurmOptions | None,
+    can_allocate: bool,
+    mpi: MpiFlags,
+) -> Where:
     if allocation is not None and launcher != "slurm":
         raise UsageError(
             "--nodes and the other Slurm options make an allocation",

@@ -16,12 +16,13 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, Open MPI, MPICH, Grid Engine"
+step "system packages: sshd, rsync, nftables, iptables, iproute2, pdsh, Slurm, Open MPI, MPICH, Grid Engine, podman, docker"
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v sshd >/dev/null || ! command -v nft >/dev/null || ! command -v pdsh >/dev/null || ! command -v nc >/dev/null \
     || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null \
     || ! command -v mpirun.openmpi >/dev/null || ! command -v mpiexec.hydra >/dev/null \
-    || ! [ -x /usr/lib/gridengine/sge_qmaster ] || ! [ -x /usr/lib/gridengine/sge_execd ] || ! command -v qrsh >/dev/null; then
+    || ! [ -x /usr/lib/gridengine/sge_qmaster ] || ! [ -x /usr/lib/gridengine/sge_execd ] || ! command -v qrsh >/dev/null \
+    || ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v dockerd >/dev/null; then
     apt-get update -qq
 fi
 # The tests start every daemon themselves (sshd per host; slurmctld and one slurmd per host, see
@@ -35,7 +36,7 @@ for pkg in common master exec client; do
 done | debconf-set-selections
 apt-get install -y -qq --no-install-recommends \
     openssh-server openssh-client rsync nftables iptables iproute2 pdsh procps util-linux \
-    netcat-openbsd \
+    netcat-openbsd podman runc catatonit docker.io \
     slurmctld slurmd slurm-client \
     openmpi-bin mpich \
     gridengine-master gridengine-exec gridengine-client \

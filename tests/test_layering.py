@@ -26,6 +26,7 @@ LAYERS = {
     "plan": 0,
     "__init__": 0,
     "inputfiles": 0,
+    "containers": 0,
     "transport": 1,
     "agents": 2,
     "processes": 3,

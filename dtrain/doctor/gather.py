@@ -96,6 +96,10 @@ def run_doctor(
     With `engine`, the hosts' agents come from that engine (this machine's stays local)."""
     started = time.monotonic()
     here = local_host(local_hostname())
+    if ssh.container is not None and request.hosts and request.scheduler_host is None:
+        # A container job's scheduler runs on the first host, in its container (as launch
+        # puts it), and this machine runs nothing of it.
+        request = replace(request, scheduler_host=request.hosts[0].display)
     # With the scheduler on one of the hosts, this machine runs nothing of the job (as in a
     # launch) and is not checked: a launcher off Linux then checks every host it needs.
     everyone = request.hosts if request.scheduler_host else (here, *request.hosts)

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dtrain import containers
 from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
-from dtrain.errors import DtrainError, PreflightFailed
+from dtrain.errors import DtrainError, PreflightFailed, UsageError
 from dtrain.launch import DEFAULT_EXCLUDES, joblog
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
+from dtrain.remote import proto
 from dtrain.transport.machine import (
     TASKS_ELSEWHERE_HINT,
     local_address,
@@ -229,9 +231,9 @@ class Launch:
         allocating = engine is not None and engine.allocate_count is not None
         planner.validate(self.request)  # bad requests fail before any connection
         placed = () if allocating else planner.place(self.request)
-        _check_tasks_here(placed)
+        _check_tasks_here(placed, self.options.ssh.container is not None)
+        hosts = self._agent_group()  # a directory --image cannot mount fails here
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
-        hosts = self._agent_group()
         started = False
         try:
             if self.request.hosts and engine is None:  # a host listed twice is a mistake
@@ -289,6 +291,8 @@ class Launch:
                     job_file.tasks_started()
                     phase("tasks started")
                     result = supervisor.run()
+                hosts.close()  # every agent done with its tasks (closing again below is a no-op)
+                self._sweep_lost(result)
                 self._record(job_file, result)
                 return result
         finally:
@@ -299,13 +303,40 @@ class Launch:
     def _agent_group(self) -> AgentGroup:
         """The job's agents, whose --setup processes carry the job's tag."""
         options = self.options
+        ssh = options.ssh
+        if ssh.container is not None:  # named after the job, the job's directories mounted
+            mounts = (self.request.workdir, self.request.sync_dst or "")
+            ssh = replace(ssh, container=containers.for_job(ssh.container, self.job_id, mounts))
         return AgentGroup(
-            options.ssh,
+            ssh,
             options.remote_python,
             options.engine,
             job_id=self.job_id,
             setup_output=self.console.setup_output,
         )
+
+    def _sweep_lost(self, result: JobResult) -> None:
+        """--container: a host whose agent died (SIGKILL) still has what its tasks started in
+        sessions of their own, orphaned to the container's init; stop it there by the job's
+        tag. (--image needs none of this: its init takes the whole container down.)"""
+        container = self.options.ssh.container
+        if container is None or container.is_fresh or self.plan is None:
+            return
+        lost = {e.host for e in result.exits if e.reason == proto.REASON_LOST}
+        hosts = [h for h in self.plan.hosts if lost & {h.display, h.name, h.key}]
+        if not hosts:
+            return
+        from dtrain.processes import sweep
+
+        ssh = replace(self.options.ssh, setup=())
+        done = sweep.kill(hosts, ssh, self.job_id, grace_s=self.options.grace_s)
+        for key, outcome in done.items():
+            if outcome.error is not None or outcome.survivors:
+                self.console.note(
+                    f"could not stop what the job left in {container.shown} on {key}: "
+                    f"{outcome.error.message if outcome.error else 'processes survived'}; "
+                    f"{self.options.kill_command} --job {self.job_id}"
+                )
 
     def _allocate(self, hosts: AgentGroup) -> tuple[PlacedTask, ...]:
         """`--launcher slurm --nodes N`: the allocation's nodes become the job's hosts."""
@@ -449,9 +480,15 @@ def _engine_record(hosts: AgentGroup) -> dict[str, Any] | None:
     return hosts.engine.record() if hosts.engine is not None else None
 
 
-def _check_tasks_here(placed: Sequence[PlacedTask]) -> None:
+def _check_tasks_here(placed: Sequence[PlacedTask], in_container: bool = False) -> None:
     """Tasks placed on this machine when it cannot run them: one line, before any connection."""
     here = sum(1 for task in placed if task.host.is_local)
+    if here and in_container:
+        raise UsageError(
+            f"{here} task{'s' if here != 1 else ''} would run on this machine, outside the "
+            "container: --container and --image run over ssh only, for now",
+            hint="give --scheduler-host a host of the hosts file, or list this machine there",
+        )
     refused = tasks_here_refused() if here else None
     if refused is not None:
         what = f"{here} task{'s' if here != 1 else ''} would run on this machine: {refused}"

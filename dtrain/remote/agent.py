@@ -146,6 +146,8 @@ class Agent:
         signal.signal(signal.SIGCHLD, self._on_child_exit)
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, self._on_signal)
+        # A dead stdout (a container's exec session ended) must not kill it before its tasks.
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.handlers = {
             proto.OP_HELLO: self.op_hello,
             proto.OP_STAGE: self.op_stage,

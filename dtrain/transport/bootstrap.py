@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 from dtrain import remote
+from dtrain.containers import ContainerSpec, host_script
 
 REMOTE_MODULES = (
     "proto", "procs", "spawn", "files", "stacks", "probe", "netprobe", "setup", "facts", "checks",
@@ -95,12 +96,21 @@ def _packed_boot_code() -> str:
     return base64.b64encode(zlib.compress(boot_code().encode(), 9)).decode()
 
 
-def remote_command(python: str = AUTO_PYTHON) -> str:
-    """The command sshd hands the login shell: find a python for the agent and start it.
+def remote_command(python: str = AUTO_PYTHON, container: ContainerSpec | None = None) -> str:
+    """The command sshd hands the login shell: find a python for the agent and start it
+    (inside `container`, when given: `containers.host_script`).
 
     It is `sh -c '...'` so that any login shell (bash, zsh, fish, csh) runs it the same way;
     inside, no quotes but double ones, and the boot code travels as an argument.
     """
+    if container is not None:
+        probe = "python3" if python == AUTO_PYTHON else python
+        return f"sh -c {shlex.quote(host_script(container, agent_argv(python), probe))}"
+    return shlex.join(agent_argv(python))
+
+
+def agent_argv(python: str = AUTO_PYTHON) -> list[str]:
+    """The agent's command: `sh -c SCRIPT`, which tries each python in turn."""
     packed = _packed_boot_code()
     candidates = AGENT_PYTHONS if python == AUTO_PYTHON else (python,)
     boot = "import sys,base64,zlib;exec(zlib.decompress(base64.b64decode(sys.argv[1])))"
@@ -111,4 +121,4 @@ def remote_command(python: str = AUTO_PYTHON) -> str:
         f'echo "dtrain: no python3 >= 3.6 for the agent on $(uname -n) '
         f'(tried {" ".join(candidates)})" >&2; exit 127'
     )
-    return f"sh -c {shlex.quote(script)}"
+    return ["sh", "-c", script]

@@ -9,19 +9,24 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from dtrain.containers import ContainerSpec, host_script
 from dtrain.errors import RemoteError
-from dtrain.transport.bootstrap import agent_payload, boot_code
+from dtrain.transport.bootstrap import agent_argv, agent_payload, boot_code
 from dtrain.transport.machine import TASKS_ELSEWHERE_HINT, tasks_here_refused
 
 
 class LocalLink:
     """A local agent process in its own session, so the terminal's Ctrl-C reaches only dtrain."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, container: ContainerSpec | None = None
+    ) -> None:
         refused = tasks_here_refused()
         if refused is not None:
             raise RemoteError(refused, hint=TASKS_ELSEWHERE_HINT)
         argv = [sys.executable, "-c", boot_code()]
+        if container is not None:  # the agent inside it, under the container's own python
+            argv = ["sh", "-c", host_script(container, agent_argv())]
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,

@@ -13,14 +13,16 @@ if TYPE_CHECKING:
     from dtrain.plan.hosts import Host
     from dtrain.transport.engine import Engine
 
+from dtrain.containers import ContainerSpec
+
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_SETUP_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
 class SshOptions:
-    """How to reach remote hosts (ssh config file, host keys, connect timeout), and what
-    each host's agent runs first (`--setup`)."""
+    """How to reach remote hosts (ssh config file, host keys, connect timeout), what each
+    host's agent runs first (`--setup`), and the container it runs in (`--container`)."""
 
     config_file: str | None = None
     accept_new_host_keys: bool = False
@@ -29,6 +31,7 @@ class SshOptions:
     # shell commands each host's agent runs in $SHELL before it starts anything (`--setup`)
     setup: tuple[str, ...] = ()
     setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    container: ContainerSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -466,7 +466,7 @@ class SshTransport:
         `RemoteError` saying so and what to look at, not paramiko's words."""
         client = self.clients[host.key]
         try:
-            return SshLink(client, remote_command(python))
+            return SshLink(client, remote_command(python, self.options.container))
         except paramiko.ChannelException as exc:
             raise RemoteError(
                 f"sshd refused it a session ({exc.text})",
