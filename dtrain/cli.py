@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -38,6 +38,8 @@ from dtrain.flags import (
     log_dir_option,
     make_ssh_options,
     remote_python_option,
+    restart_options,
+    restart_policy,
     setup_options,
     ssh_options,
     workdir_option,
@@ -226,6 +228,7 @@ ROLE_ENV_FLAGS = {
     metavar="PATTERN",
     help="Leave matching names out of --sync-dst-dir (besides .git, __pycache__, *.pyc).",
 )
+@restart_options
 @remote_python_option
 @ssh_options
 @setup_options
@@ -252,9 +255,12 @@ def launch(**given: Any) -> None:
       dtrain launch -n 4 -s 2 -H hosts -- python train.py --kv-store dist_sync
       dtrain launch --framework torch -n 4 -H hosts -- python examples/torch_ddp.py
       dtrain launch -n 2 --dry-run -- python train.py
+      dtrain launch -n 4 -H hosts --max-restarts 3 --min-hosts 3 -- python train.py
     """
+    policy = restart_policy(given)
     flags = LaunchFlags(**given)
     request, options = config_from_flags(flags)
+    options = replace(options, restart=policy)
     job_id = new_job_id()
     if flags.dry_run:
         if options.slurm is not None and options.slurm.nodes is not None:
@@ -272,6 +278,8 @@ def launch(**given: Any) -> None:
     say(render.result_text(result))
     if flags.as_json:
         data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
+        if run.job_file is not None and "attempts" in run.job_file.document:
+            data["attempts"] = run.job_file.document["attempts"]
         emit_json(render.envelope("launch", result.exit_code, data, result.problems()))
     raise SystemExit(result.exit_code)
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
-from dtrain.errors import DtrainError, PreflightFailed
-from dtrain.launch import DEFAULT_EXCLUDES, joblog
+from dtrain.errors import ConnectError, DtrainError, PreflightFailed
+from dtrain.launch import DEFAULT_EXCLUDES, joblog, restarts
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_LEASE_S = 15.0  # a host silent this long is lost, unless told otherwise
 MIN_LEASE_S = 2.0  # two heartbeats: a shorter lease loses healthy hosts
+LEFTOVER_WAIT_S = 5.0  # beyond the grace: an earlier attempt's tasks going by themselves
+LEFTOVER_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class LaunchOptions:
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
     slurm: SlurmOptions | None = None  # start the agents through Slurm (see AgentGroup)
     take_stacks: bool = True  # a job stopped because it hung: every task's stack first
+    restart: restarts.RestartPolicy = field(default_factory=restarts.RestartPolicy)
 
 
 class StacksOnDemand:
@@ -222,16 +225,38 @@ class Launch:
     plan: JobPlan | None = None
     log_dir: Path | None = None
     on_planned: Callable[[JobPlan, Path], None] | None = None
+    job_file: joblog.JobFile | None = None  # once set, the job's directory stays
+    tasks_started_at: float | None = None  # when every task of the attempt had started
+    dropped: dict[str, restarts.DroppedHost] = field(default_factory=dict)  # by host key
 
     def run(self) -> JobResult:
         slurm = self.options.slurm
         allocating = slurm is not None and slurm.nodes is not None
         planner.validate(self.request)  # bad requests fail before any connection
+        policy = self.options.restart
+        restarts.validate(policy, len(self.request.hosts) or None, allocating)
         placed = () if allocating else planner.place(self.request)
         _check_tasks_here(placed)
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
+        try:
+            if not policy.restarts:
+                return self.run_attempt(paths, placed, None)
+            from dtrain.launch.attempts import Attempts
+
+            return Attempts(self, paths).run(placed)
+        finally:
+            if self.job_file is None:
+                joblog.remove(paths)
+
+    def run_attempt(
+        self, paths: joblog.JobPaths, placed: Sequence[PlacedTask], attempt: int | None
+    ) -> JobResult:
+        """One start of the whole job, to its end (`attempt` None: a job that never restarts,
+        its logs at the top of its directory)."""
+        slurm = self.options.slurm
+        allocating = slurm is not None and slurm.nodes is not None
         hosts = self._agent_group()
-        started = False
+        self.tasks_started_at = None
         try:
             if self.request.hosts and slurm is None:  # a host listed twice is a mistake
                 hosts.ssh.distinct_targets(self.request.hosts)
@@ -239,11 +264,12 @@ class Launch:
             if allocating:
                 placed = self._allocate(hosts)
                 phase("Slurm allocation made, agents started")
-            planned_hosts = _hosts_of(placed)
-            sessions = hosts.open(planned_hosts)
+            sessions, placed = self._open(hosts, placed, attempt)
             phase("connected and agents started")
             leases = host_leases(hosts, sessions, self.options.lease_s)
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
+                if attempt is not None and attempt > 1:
+                    self._clear_leftovers(sessions, attempt)
                 facts = gather_facts(
                     self.request, self.job_id, sessions, self.options, placed, leases
                 )
@@ -257,7 +283,7 @@ class Launch:
                     phase("sync")
                 self._hand_out_tasks(sessions)
                 phase("tasks checked on every host")
-                job_file = self._prepare_log_dir(paths, _engine_record(hosts))
+                job_file = self._prepare_log_dir(paths, _engine_record(hosts), attempt)
                 phase("log dir and job.json")
                 self.log_dir = paths.dir
                 from dtrain.agents import ops
@@ -268,7 +294,7 @@ class Launch:
                         self.plan,
                         sessions,
                         hosts.events,
-                        self.log_dir,
+                        joblog.attempt_dir(paths, attempt),
                         self.console,
                         SupervisorOptions(
                             grace_s=self.options.grace_s,
@@ -279,21 +305,91 @@ class Launch:
                         ),
                         stacks=self._stack_taker(sessions),
                     )
-                    started = True  # from here on the job's directory stays: announce it
+                    self.job_file = job_file  # from here on the job's directory stays
                     if self.on_planned is not None:
                         self.on_planned(self.plan, self.log_dir)
                     ops.start(sessions, REQUEST_TIMEOUT_S).raise_if_failed(
                         "starting the tasks", outcome="the tasks that did start were stopped"
                     )
                     job_file.tasks_started()
+                    self.tasks_started_at = time.time()
                     phase("tasks started")
                     result = supervisor.run()
-                self._record(job_file, result)
+                if attempt is None:
+                    self._record(job_file, result)
                 return result
         finally:
             hosts.close()
-            if not started:
-                joblog.remove(paths)
+
+    def _open(
+        self, hosts: AgentGroup, placed: Sequence[PlacedTask], attempt: int | None
+    ) -> tuple[dict[str, AgentSession], Sequence[PlacedTask]]:
+        """Every planned host's agent; a restart with --min-hosts goes on without the hosts
+        that do not answer (if enough do), the tasks placed again over the others."""
+        policy = self.options.restart
+        wanted = _hosts_of(placed)
+        if attempt is None or attempt == 1 or policy.min_hosts is None or not self.request.hosts:
+            return hosts.open(wanted), placed
+        sessions, problems = hosts.open_reachable(wanted)
+        if not problems:
+            return sessions, placed
+        answering = tuple(h for h in self.request.hosts if h.key in sessions)
+        if not restarts.enough_hosts(policy, len(answering)):
+            raise ConnectError(
+                f"only {len(answering)} of {len(self.request.hosts)} hosts answer for attempt "
+                f"{attempt}, fewer than --min-hosts {policy.min_hosts}; nothing was started",
+                problems=list(problems.values()),
+            )
+        for host in self.request.hosts:
+            problem = problems.get(host.key)
+            if problem is not None:
+                self.drop_host(host, problem.message, attempt)
+        self.request = replace(self.request, hosts=answering)
+        placed = planner.place(self.request)
+        keep = {h.key for h in _hosts_of(placed)}
+        return {k: s for k, s in sessions.items() if k in keep}, placed
+
+    def drop_host(self, host: Host, why: str, attempt: int) -> None:
+        """Leave `host` out until its cool-down has passed; the console and job.json say why."""
+        policy = self.options.restart
+        self.dropped[host.key] = restarts.DroppedHost(host.key, host.display, why, time.monotonic())
+        self.console.note(
+            f"{host.display} dropped from attempt {attempt}: {why}; the job goes on without it "
+            f"(--min-hosts {policy.min_hosts}), and tries it again after "
+            f"{policy.host_cooldown_s:g}s"
+        )
+
+    def _clear_leftovers(self, sessions: Mapping[str, AgentSession], attempt: int) -> None:
+        """No task of an earlier attempt may still run when the next starts (its ports, its
+        GPUs): wait for them to go, then stop what is left; one that survives ends the job."""
+        from dtrain.processes import sweep
+
+        deadline = time.monotonic() + self.options.grace_s + LEFTOVER_WAIT_S
+        while True:
+            scans = sweep.scan_sessions(sessions, self.job_id, include_dmlc=False)
+            left = {k: s.host for k, s in scans.items() if any(p.task for p in s.processes)}
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(LEFTOVER_POLL_S)
+        if not left:
+            return
+        self.console.note(
+            f"tasks of attempt {attempt - 1} still run on {', '.join(left.values())}: "
+            f"stopping them before attempt {attempt} starts"
+        )
+        kills = sweep.kill_sessions(
+            {k: sessions[k] for k in left},
+            self.job_id,
+            grace_s=self.options.grace_s,
+            include_dmlc=False,
+        )
+        survivors = [kill.host for kill in kills.values() if kill.survivors or kill.error]
+        if survivors:
+            raise DtrainError(
+                f"tasks of attempt {attempt - 1} survive on {', '.join(survivors)}; "
+                f"attempt {attempt} was not started",
+                hint=f"stop them with `{self.options.kill_command} --job {self.job_id}`",
+            )
 
     def _agent_group(self) -> AgentGroup:
         """The job's agents, whose --setup processes carry the job's tag."""
@@ -319,12 +415,19 @@ class Launch:
         return planner.place(self.request)
 
     def _prepare_log_dir(
-        self, paths: joblog.JobPaths, engine: dict[str, Any] | None = None
+        self,
+        paths: joblog.JobPaths,
+        engine: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> joblog.JobFile:
-        """Log aliases, `latest`, and job.json saying running (with who runs it)."""
+        """Log aliases, `latest`, and job.json saying running (with who runs it); a later
+        attempt only its own directory and its plan in job.json."""
         assert self.plan is not None
         host = local_hostname()
-        previous = joblog.populate(paths, self.plan, host)
+        previous = joblog.populate(paths, self.plan, host, attempt)
+        if self.job_file is not None and attempt is not None and attempt > 1:
+            self.job_file.update(plan=self.plan.to_dict(), attempt=attempt, engine=engine)
+            return self.job_file
         if previous is not None:
             self.console.note(
                 f"the previous job {previous.job_id} never recorded its end: launcher died "
@@ -335,6 +438,8 @@ class Launch:
             job_file.start(self.plan, joblog.this_launcher(host), engine)
         except OSError as exc:
             raise joblog.log_dir_error(paths.dir, exc, "write") from None
+        if attempt is not None:
+            job_file.update(attempt=attempt, max_restarts=self.options.restart.max_restarts)
         return job_file
 
     def _stack_taker(self, sessions: Mapping[str, AgentSession]) -> StackTaker | None:

@@ -185,6 +185,20 @@ def task_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
     return env
 
 
+RESTART_COUNT_VAR = "DTRAIN_RESTART_COUNT"
+MAX_RESTARTS_VAR = "DTRAIN_MAX_RESTARTS"
+
+
+def restart_env(framework: Framework, restart_count: int, max_restarts: int) -> dict[str, str]:
+    """Which attempt this is, the same for every task, so a script knows to resume from its
+    checkpoint; torch scripts read torchrun's names for it (TORCHELASTIC_*)."""
+    env = {RESTART_COUNT_VAR: str(restart_count), MAX_RESTARTS_VAR: str(max_restarts)}
+    if framework is Framework.TORCH:
+        env["TORCHELASTIC_RESTART_COUNT"] = str(restart_count)
+        env["TORCHELASTIC_MAX_RESTARTS"] = str(max_restarts)
+    return env
+
+
 def task_argv(ctx: JobContext, task: PlacedTask, command: Sequence[str]) -> tuple[str, ...]:
     """The user's command, untouched except TF's documented placeholders in TF jobs."""
     if ctx.framework is not Framework.TF:

@@ -60,6 +60,8 @@ class JobRequest:
     ps_gpus: bool = False
     local_cores: int | None = None  # this machine's usable CPU cores, when the caller knows
     allow_env_override: bool = False  # --env may replace what dtrain computes (on purpose)
+    restart_count: int = 0  # which restart of the job this plan is for (0: the first attempt)
+    max_restarts: int = 0  # --max-restarts: with any, every task learns its attempt
 
     @property
     def is_local_only(self) -> bool:
@@ -430,6 +432,12 @@ def plan_job(
         name = frameworks.task_name(request.framework, task.role, task.index)
         env = dict(forwarded)
         env.update(frameworks.task_env(ctx, task))
+        if request.max_restarts:
+            env.update(
+                frameworks.restart_env(
+                    request.framework, request.restart_count, request.max_restarts
+                )
+            )
         env.update(request.env)
         env.update(request.role_env.get(task.role, {}))
         specs.append(
