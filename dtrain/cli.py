@@ -12,7 +12,6 @@ import io
 import json
 import logging
 import os
-import shlex
 import signal
 import sys
 import time
@@ -34,6 +33,7 @@ from dtrain.flags import (
     hosts_option,
     job_option,
     json_option,
+    kill_command_for,
     launcher_option,
     log_dir_option,
     make_ssh_options,
@@ -533,7 +533,9 @@ def ps_command(
     ages = {j: joblog.output_ages(root, j, time.time()) for j in jobs}
     scans = [results.with_output_ages(scan, ages) for scan in found.values()]
     outcome = results.scan_outcome(scans)
-    text, data = shown.ps_text(scans, dead), shown.ps_data(scans, job, dead)
+    waiting = {j for j, _ in joblog.running_launchers(root, local_hostname(), job)}
+    states = joblog.restart_states(root, jobs | waiting)
+    text, data = shown.ps_text(scans, dead, states), shown.ps_data(scans, job, dead, states)
     finish_sweep("ps", as_json, outcome, text, data)
 
 
@@ -541,6 +543,7 @@ def ps_command(
 @hosts_option
 @launcher_option
 @job_option
+@log_dir_option("A running job launched from here under LOG_DIR is also ended for good.")
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
     "--grace",
@@ -557,6 +560,7 @@ def kill_command(
     hostfile: Path | None,
     launcher: str,
     job: str | None,
+    log_dir: str,
     dry_run: bool,
     grace: float,
     remote_python: str,
@@ -569,8 +573,10 @@ def kill_command(
 
     Stops the job processes `dtrain ps` lists (yours only, found by environment, never by
     name): SIGTERM to each process group, SIGKILL to what is left after --grace, then gather
-    that nothing is left. A running `dtrain launch` whose tasks are stopped this way fails,
-    saying they were killed from outside. Without -H, this machine. Exits 0 only when every
+    that nothing is left. A running `dtrain launch` from this machine (its job.json under
+    --log-dir) is told to stop first, so it ends for good, even between two attempts of a
+    restarting job; one from elsewhere fails, saying its tasks were killed from outside.
+    Without -H, this machine. Exits 0 only when every
     host was reached and nothing is left (with --dry-run: when every host answered).
 
     \b
@@ -584,6 +590,11 @@ def kill_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     where = where_to_run(launcher, hostfile, os.environ)
+    if not dry_run:
+        for stopped, pid in joblog.stop_launchers(
+            joblog.check_root(log_dir), local_hostname(), job
+        ):
+            say(f"dtrain: job {stopped}: its launcher (pid {pid}) stops it, for good\n")
     kills = list(
         sweep.kill(
             where.hosts,
@@ -676,16 +687,6 @@ def stacks_command(
 
 
 # ---- doctor ---------------------------------------------------------------------------------
-
-
-def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
-    """The `dtrain kill` line that reaches the same hosts, for hints."""
-    words = ["dtrain", "kill"]
-    if hostfile is not None:
-        words += ["-H", str(hostfile)]
-    if ssh_config is not None:
-        words += ["--ssh-config", str(ssh_config)]
-    return shlex.join(words)
 
 
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})

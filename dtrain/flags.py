@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -271,3 +272,13 @@ def restart_policy(given: dict[str, Any]) -> RestartPolicy:
         min_hosts=given.pop("min_hosts"),
         host_cooldown_s=given.pop("host_cooldown"),
     )
+
+
+def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
+    """The `dtrain kill` line that reaches the same hosts, for hints."""
+    words = ["dtrain", "kill"]
+    if hostfile is not None:
+        words += ["-H", str(hostfile)]
+    if ssh_config is not None:
+        words += ["--ssh-config", str(ssh_config)]
+    return shlex.join(words)

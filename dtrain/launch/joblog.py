@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -490,6 +491,19 @@ def running_launchers(root: Path, host: str, job: str | None = None) -> list[tup
         if launcher is not None and launcher_is_running(launcher, host):
             found.append((job_dir.name, launcher))
     return found
+
+
+def stop_launchers(root: Path, host: str, job: str | None = None) -> list[tuple[str, int]]:
+    """SIGTERM to the launcher of each running job under `root` launched here (a stop on
+    purpose: never restarted); the jobs and pids told."""
+    told = []
+    for job_id, launcher in running_launchers(root, host, job):
+        try:
+            os.kill(launcher.pid, signal.SIGTERM)
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        told.append((job_id, launcher.pid))
+    return told
 
 
 def restart_states(root: Path, jobs: set[str]) -> dict[str, dict[str, Any]]:
