@@ -1,0 +1,33 @@
+"""Fails on a job's first attempts, then succeeds: `restart_probe.py TASK N CODE [DELAY_S]`.
+
+Every task first prints its attempt variables as one JSON line; then the task named TASK (or
+every task: `all`) exits with CODE while DTRAIN_RESTART_COUNT < N, after DELAY_S; the others
+(and every task from attempt N on) exit 0 after DELAY_S. CODE `hang` sleeps instead.
+"""
+
+import json
+import os
+import sys
+import time
+
+KEYS = (
+    "DTRAIN_RESTART_COUNT",
+    "DTRAIN_MAX_RESTARTS",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "DTRAIN_TASK",
+    "WORLD_SIZE",
+    "RANK",
+    "DMLC_NUM_WORKER",
+    "DMLC_NUM_SERVER",
+    "DMLC_ROLE",
+)
+task, failing, code = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+delay_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+print(json.dumps({key: os.environ.get(key) for key in KEYS}), flush=True)
+attempt = int(os.environ.get("DTRAIN_RESTART_COUNT", "0"))
+fails = attempt < failing and task in ("all", os.environ.get("DTRAIN_TASK"))
+if fails and code == "hang":
+    time.sleep(3600)
+time.sleep(delay_s)
+sys.exit(int(code) if fails else 0)
