@@ -140,9 +140,13 @@ class Attempts:
         where = str(joblog.attempt_dir(self.paths, attempt))
         dropped_now = [*dropped, *self.launch.dropped.values()]
         unique = {d.key: d for d in dropped_now}
-        return restarts.attempt_record(
+        record = restarts.attempt_record(
             attempt, started_at, hosts, list(unique.values()), where, result, error, error_code
         )
+        job_file = self.launch.job_file
+        if job_file is not None and result is not None:  # what started its agents (Slurm's step)
+            record["engine"] = job_file.document.get("engine")
+        return record
 
     def _drop_lost(self, result: JobResult, attempt: int) -> None:
         """With --min-hosts, a host the attempt lost sits out the next ones for a cool-down."""

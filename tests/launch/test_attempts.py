@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,7 @@ def make(tmp_path: Path, policy: RestartPolicy, script: list[JobResult]) -> Scri
 
 def run(
     tmp_path: Path, launch: ScriptedLaunch, signal_on_wait: int | None = None
-) -> tuple[JobResult, list[float], dict[str, object]]:
+) -> tuple[JobResult, list[float], dict[str, Any]]:
     waits: list[float] = []
 
     def wait(delay_s: float) -> int | None:
@@ -92,7 +93,7 @@ def test_always_failing_runs_max_restarts_plus_one_with_doubling_waits(tmp_path:
     result, waits, document = run(tmp_path, launch)
     assert result.exit_code == 7
     assert waits == [1, 2, 3]
-    assert [a["attempt"] for a in document["attempts"]] == [1, 2, 3, 4]  # type: ignore[index]
+    assert [a["attempt"] for a in document["attempts"]] == [1, 2, 3, 4]
     assert document["state"] == "failed"
     assert any("no restarts left" in note for note in launch.console.notes)  # type: ignore[attr-defined]
 
@@ -101,7 +102,7 @@ def test_success_on_the_second_attempt_ends_the_job(tmp_path: Path) -> None:
     launch = make(tmp_path, RestartPolicy(max_restarts=5, window_s=0), [failure(), success()])
     result, waits, document = run(tmp_path, launch)
     assert result.exit_code == 0 and len(waits) == 1
-    assert [a["state"] for a in document["attempts"]] == ["failed", "succeeded"]  # type: ignore[index]
+    assert [a["state"] for a in document["attempts"]] == ["failed", "succeeded"]
 
 
 def test_a_signal_during_the_wait_ends_the_job_for_good(tmp_path: Path) -> None:
@@ -131,7 +132,7 @@ def test_a_lost_host_sits_out_its_cooldown_with_min_hosts(tmp_path: Path) -> Non
         ("h1", "h3"),
     ]
     assert [used for _, _, used in launch.seen] == [{"h1", "h2", "h3"}, {"h1", "h3"}, {"h1", "h3"}]
-    second = document["attempts"][1]  # type: ignore[index]
+    second = document["attempts"][1]
     assert second["dropped_hosts"][0]["host"] == "h2"
     assert "lost during attempt 1" in second["dropped_hosts"][0]["why"]
 

@@ -44,7 +44,7 @@ def earlier_attempts(job: str, attempt: int) -> int:
 task, failing, code = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 delay_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 attempt = int(os.environ.get("DTRAIN_RESTART_COUNT", "0"))
-line = {key: os.environ.get(key) for key in KEYS}
+line: dict[str, object] = {key: os.environ.get(key) for key in KEYS}
 line["earlier"] = earlier_attempts(os.environ.get("DTRAIN_JOB_ID", ""), attempt)
 print(json.dumps(line), flush=True)
 fails = attempt < failing and task in ("all", os.environ.get("DTRAIN_TASK"))
