@@ -16,23 +16,42 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from dtrain.agents.session import Event, Interrupt
 from dtrain.errors import DtrainError, ExitCode
 from dtrain.launch import joblog, restarts
 from dtrain.launch.results import JobResult, JobState, signal_name
+from dtrain.launch.signals import forward_signals
 from dtrain.plan import planner
-from dtrain.plan.spec import PlacedTask
+from dtrain.plan.hosts import Host
+from dtrain.plan.spec import JobPlan, PlacedTask
 
 if TYPE_CHECKING:
-    from dtrain.launch.lifecycle import Launch
+    from dtrain.launch.lifecycle import LaunchOptions
+    from dtrain.launch.supervise import Console
+
+
+class Launch(Protocol):
+    """What the attempts need of the launch that runs them (`lifecycle.Launch`)."""
+
+    request: planner.JobRequest
+    options: LaunchOptions
+    console: Console
+    plan: JobPlan | None
+    job_file: joblog.JobFile | None
+    tasks_started_at: float | None
+    dropped: dict[str, restarts.DroppedHost]
+
+    def run_attempt(
+        self, paths: joblog.JobPaths, placed: Sequence[PlacedTask], attempt: int | None
+    ) -> JobResult: ...
+
+    def drop_host(self, host: Host, why: str, attempt: int) -> None: ...
 
 
 def wait_for_signal(delay_s: float) -> int | None:
     """Sleep `delay_s`, or less: the signal (SIGINT, SIGTERM, SIGHUP) that ended the wait."""
-    from dtrain.agents.session import Event, Interrupt
-    from dtrain.launch.lifecycle import forward_signals
-
     events: queue.SimpleQueue[Event | Interrupt] = queue.SimpleQueue()
     with forward_signals(events):
         try:

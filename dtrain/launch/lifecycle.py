@@ -8,20 +8,18 @@ any step before that starts nothing.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
-import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain.agents.group import AgentGroup
-from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
+from dtrain.agents.session import AgentSession, Heartbeat
 from dtrain.errors import ConnectError, DtrainError, PreflightFailed
 from dtrain.launch import DEFAULT_EXCLUDES, joblog, restarts
+from dtrain.launch.signals import forward_signals
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
@@ -195,23 +193,6 @@ def dry_run_facts(
         free_ports=tuple(local_free_ports(ports.get(request.local_host.key, 0))),
     )
     return planner.Facts(job_id=job_id, hosts=hosts), unresolved
-
-
-@contextlib.contextmanager
-def forward_signals(events: queue.SimpleQueue[Event | Interrupt]) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP become events the supervisor handles (stop everything)."""
-
-    def handler(signum: int, frame: object) -> None:
-        events.put(Interrupt(signum))  # SimpleQueue.put is safe in a signal handler
-
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        previous[signum] = signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 @dataclass

@@ -424,6 +424,7 @@ def plan_job(
         rendezvous=rendezvous,
         ps_gpus=request.ps_gpus,
         user_sets=frozenset(request.shell_env) | frozenset(request.env),
+        restarts=(request.restart_count, request.max_restarts),
     )
     forwarded = frameworks.forwarded_env(request.framework, request.shell_env)
     is_multi_host = not request.is_local_only
@@ -432,12 +433,6 @@ def plan_job(
         name = frameworks.task_name(request.framework, task.role, task.index)
         env = dict(forwarded)
         env.update(frameworks.task_env(ctx, task))
-        if request.max_restarts:
-            env.update(
-                frameworks.restart_env(
-                    request.framework, request.restart_count, request.max_restarts
-                )
-            )
         env.update(request.env)
         env.update(request.role_env.get(task.role, {}))
         specs.append(
