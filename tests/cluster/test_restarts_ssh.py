@@ -125,3 +125,35 @@ def test_without_min_hosts_a_lost_host_ends_the_job_naming_it(
     assert attempts[0]["root_cause"]["reason"] == "lost"
     assert "cannot reach" in attempts[1]["error"]
     assert_nothing_left(cluster, job, within_s=3 + 1 + 3)
+
+
+def test_dtrain_kill_during_the_wait_ends_the_job_with_nothing_left(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    proc = start(
+        cluster,
+        ["launch", "-n", "3", "-s", "1", "--max-restarts", "3", "--restart-delay", "60",
+         "--restart-window", "0", "--grace", "1", "--", PYTHON, PROBE, "worker.2", "9", "5"],
+        tmp_path,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    document: dict[str, Any] = {}
+    while not document.get("next_attempt_at") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            document = json.loads((latest_job(tmp_path) / "job.json").read_text())
+        except (OSError, ValueError):
+            continue
+    assert document.get("next_attempt_at"), "the job never waited to restart"
+    killed = run(cluster, ["kill"], tmp_path, timeout_s=60)
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert killed.returncode == 0, killed.stderr
+    assert proc.returncode == 143, stderr
+    assert "while waiting to restart: the job ends" in stderr
+    assert len(json.loads((latest_job(tmp_path) / "job.json").read_text())["attempts"]) == 1
+    assert_nothing_left(cluster, latest_job(tmp_path).name)

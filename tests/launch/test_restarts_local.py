@@ -109,9 +109,11 @@ def test_a_stop_on_purpose_is_never_restarted(workdir: Path, when: str, how: str
     )  # fmt: skip
     try:
         wait_for_json(workdir, "tasks_started_at" if when == "running" else "next_attempt_at")
+        shown = run_dtrain(["ps"], workdir, timeout_s=30)
         if when == "waiting":
-            shown = run_dtrain(["ps"], workdir, timeout_s=30)
             assert "attempt 1 of 4 failed; attempt 2 starts at" in shown.stdout
+        else:
+            assert "attempt 1 of 4 running" in shown.stdout
         if how == "ctrl-c":
             process.send_signal(signal.SIGINT)
         else:
