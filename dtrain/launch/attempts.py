@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dtrain.agents.session import Event, Interrupt
-from dtrain.errors import DtrainError, ExitCode
+from dtrain.errors import DtrainError, ExitCode, one_line, signal_exit_code
 from dtrain.launch import joblog, restarts
 from dtrain.launch.results import JobResult, JobState, signal_name
 from dtrain.launch.signals import forward_signals
@@ -71,8 +71,16 @@ class Attempts:
     wait: Callable[[float], int | None] = wait_for_signal
     draw: Callable[[], float] = random.random
     records: list[dict[str, Any]] = field(default_factory=list)
+    starting: tuple[int, float] | None = None  # the attempt being run, and since when
 
     def run(self, placed: Sequence[PlacedTask]) -> JobResult:
+        try:
+            return self._run(placed)
+        except BaseException as exc:  # a start that failed, a signal between two attempts
+            self._ended_by(exc)
+            raise
+
+    def _run(self, placed: Sequence[PlacedTask]) -> JobResult:
         launch = self.launch
         policy = launch.options.restart
         base = launch.request
@@ -82,11 +90,9 @@ class Attempts:
             placed = self._prepare(base, placed, attempt)
             started_at = time.time()
             dropped = list(launch.dropped.values())
-            try:
-                result = launch.run_attempt(self.paths, placed, attempt)
-            except BaseException as exc:  # a start that failed, Ctrl-C while connecting
-                self._failed_to_start(attempt, started_at, exc)
-                raise
+            self.starting = (attempt, started_at)
+            result = launch.run_attempt(self.paths, placed, attempt)
+            self.starting = None
             hosts = self._hosts_used()
             self.records.append(self._record(attempt, started_at, hosts, dropped, result))
             verdict = restarts.verdict(policy, attempt - 1, result, launch.tasks_started_at)
@@ -204,22 +210,30 @@ class Attempts:
                 )
         return result
 
-    def _failed_to_start(self, attempt: int, started_at: float, exc: BaseException) -> None:
-        """An attempt after the first that could not start ends the job: job.json says so."""
+    def _ended_by(self, exc: BaseException) -> None:
+        """A job that ends by an exception (an attempt after the first that could not start,
+        Ctrl-C or SIGTERM between two attempts) says so in job.json; without one (the first
+        attempt never started anything) its directory goes, as without restarts."""
         job_file = self.launch.job_file
-        if job_file is None:
-            return  # the first attempt: nothing ran, the directory goes (as without restarts)
-        code = exc.exit_code if isinstance(exc, DtrainError) else ExitCode.JOB_FAILED
-        what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, KeyboardInterrupt):
-            what, code = "interrupted while starting", 130
-        self.records.append(
-            self._record(attempt, started_at, [], [], error=what, error_code=int(code))
-        )
+        if job_file is None or job_file.document.get("state") != joblog.RUNNING:
+            return
+        state, code = JobState.FAILED, int(ExitCode.JOB_FAILED)
+        what = one_line(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+        if isinstance(exc, DtrainError):
+            code = exc.exit_code
+        elif isinstance(exc, KeyboardInterrupt):
+            state, code, what = JobState.INTERRUPTED, 130, "interrupted (SIGINT)"
+        elif exc.args and isinstance(exc.args[0], int):  # the CLI's SIGTERM before a start
+            state, code = JobState.INTERRUPTED, signal_exit_code(exc.args[0])
+            what = f"stopped by {signal_name(exc.args[0])}"
+        if self.starting is not None:
+            attempt, started_at = self.starting
+            record = self._record(attempt, started_at, [], [], error=what, error_code=code)
+            self.records.append(record)
         with contextlib.suppress(OSError):  # the error itself is what the user sees
             job_file.finish(
-                JobState.FAILED.value,
-                {"state": JobState.FAILED.value, "exit_code": int(code), "error": what},
+                state.value,
+                {"state": state.value, "exit_code": code, "error": what},
                 attempts=self.records,
                 next_attempt_at=None,
             )

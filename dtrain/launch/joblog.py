@@ -313,6 +313,7 @@ class JobFile:
     def finish(self, state: str, result: Mapping[str, Any], **fields: Any) -> None:
         document = {**self.document, **fields, "state": state, "result": dict(result)}
         self.write(document, final=True)
+        self.document = document
 
 
 class TaskLog:

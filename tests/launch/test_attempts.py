@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dtrain.errors import ConnectError
 from dtrain.launch import joblog
 from dtrain.launch.attempts import Attempts
 from dtrain.launch.lifecycle import Launch, LaunchOptions
@@ -45,7 +46,7 @@ def success() -> JobResult:
 class ScriptedLaunch(Launch):
     """A launch whose attempts are stand-ins: each returns the next scripted result."""
 
-    script: list[JobResult]
+    script: list[JobResult | BaseException]
     seen: list[tuple[int | None, tuple[str, ...], set[str]]]
 
     def run_attempt(
@@ -58,10 +59,15 @@ class ScriptedLaunch(Launch):
             self.job_file.document = {"dtrain_job": 1, "state": "running"}
         self.plan = None
         self.tasks_started_at = time.time()
-        return self.script.pop(0)
+        next_end = self.script.pop(0)
+        if isinstance(next_end, BaseException):
+            raise next_end
+        return next_end
 
 
-def make(tmp_path: Path, policy: RestartPolicy, script: list[JobResult]) -> ScriptedLaunch:
+def make(
+    tmp_path: Path, policy: RestartPolicy, script: list[JobResult | BaseException]
+) -> ScriptedLaunch:
     request = planner.JobRequest(
         command=("python", "t.py"), local_host=local_host("here"), num_workers=3, hosts=HOSTS
     )
@@ -151,3 +157,21 @@ def test_a_lost_host_comes_back_after_its_cooldown(tmp_path: Path) -> None:
     launch = make(tmp_path, policy, [lost, success()])
     run(tmp_path, launch)
     assert launch.seen[1][1] == ("h1", "h2", "h3")
+
+
+@pytest.mark.parametrize(
+    ("error", "state", "code"),
+    [
+        (ConnectError("cannot reach 1 of 3 hosts; nothing was started"), "failed", 3),
+        (KeyboardInterrupt(), "interrupted", 130),
+    ],
+)
+def test_an_attempt_that_cannot_start_ends_the_job_and_says_so(
+    tmp_path: Path, error: BaseException, state: str, code: int
+) -> None:
+    launch = make(tmp_path, RestartPolicy(max_restarts=3, window_s=0), [failure(), error])
+    with pytest.raises(type(error)):
+        run(tmp_path, launch)
+    document = json.loads((tmp_path / "job" / "job.json").read_text())
+    assert document["state"] == state and document["result"]["exit_code"] == code
+    assert [a["exit_code"] for a in document["attempts"]] == [1, code]
