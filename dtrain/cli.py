@@ -543,7 +543,7 @@ def ps_command(
 @hosts_option
 @launcher_option
 @job_option
-@log_dir_option("A running job launched from here under LOG_DIR is also ended for good.")
+@log_dir_option("A job launched from here with --max-restarts, under LOG_DIR, ends for good.")
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
     "--grace",
@@ -573,10 +573,10 @@ def kill_command(
 
     Stops the job processes `dtrain ps` lists (yours only, found by environment, never by
     name): SIGTERM to each process group, SIGKILL to what is left after --grace, then gather
-    that nothing is left. A running `dtrain launch` from this machine (its job.json under
-    --log-dir) is told to stop first, so it ends for good, even between two attempts of a
-    restarting job; one from elsewhere fails, saying its tasks were killed from outside.
-    Without -H, this machine. Exits 0 only when every
+    that nothing is left. A running `dtrain launch` then fails, saying its tasks were killed
+    from outside; one with --max-restarts from this machine (its job.json under --log-dir) is
+    told to stop first, so it is not restarted, even between two attempts. Without -H, this
+    machine. Exits 0 only when every
     host was reached and nothing is left (with --dry-run: when every host answered).
 
     \b

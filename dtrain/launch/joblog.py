@@ -472,9 +472,9 @@ def launcher_is_running(launcher: Launcher, host: str) -> bool:
 
 
 def running_launchers(root: Path, host: str, job: str | None = None) -> list[tuple[str, Launcher]]:
-    """The jobs under `root` whose job.json says running and whose launcher runs here: `dtrain
-    kill` stops the launcher first, so that the job ends for good (no restart), even while it
-    waits between attempts with no task running."""
+    """The jobs under `root` that may restart (--max-restarts), whose job.json says running and
+    whose launcher runs here: `dtrain kill` stops the launcher first, so that the job ends for
+    good (no restart), even while it waits between attempts with no task running."""
     from dtrain.processes.launcher import Launcher
 
     found = []
@@ -488,6 +488,8 @@ def running_launchers(root: Path, host: str, job: str | None = None) -> list[tup
         document = _read_document(job_dir / JOB_FILE)
         if document is None or document.get("state") != RUNNING:
             continue
+        if not document.get("max_restarts"):
+            continue  # its tasks killed from outside end it: nothing would restart it
         launcher = Launcher.from_dict(document.get("launcher"))
         if launcher is not None and launcher_is_running(launcher, host):
             found.append((job_dir.name, launcher))

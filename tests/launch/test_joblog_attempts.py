@@ -55,6 +55,10 @@ def test_only_a_live_launcher_on_this_host_is_named_for_kill(tmp_path: Path) -> 
     elsewhere = Launcher(me.pid, "there", me.create_time, me.boot_time)
     for job, launcher in (("a", me), ("b", gone), ("c", elsewhere)):
         paths = joblog.create(tmp_path, job)
-        joblog.JobFile(paths).start(plan_for(job, 1), launcher)
+        job_file = joblog.JobFile(paths)
+        job_file.start(plan_for(job, 1), launcher)
+        job_file.update(max_restarts=1)
+    paths = joblog.create(tmp_path, "d")  # no --max-restarts: its tasks killed end it
+    joblog.JobFile(paths).start(plan_for("d", 1), me)
     assert joblog.running_launchers(tmp_path, "here") == [("a", me)]
     assert joblog.running_launchers(tmp_path, "here", job="b") == []
