@@ -49,6 +49,8 @@ class Launch(Protocol):
 
     def drop_host(self, host: Host, why: str, attempt: int) -> None: ...
 
+    def keep_alive(self) -> contextlib.AbstractContextManager[object]: ...
+
 
 def wait_for_signal(delay_s: float) -> int | None:
     """Sleep `delay_s`, or less: the signal (SIGINT, SIGTERM, SIGHUP) that ended the wait."""
@@ -110,7 +112,8 @@ class Attempts:
                 f"attempt {attempt + 1} starts in {delay_s:.1f}s (at {at})"
             )
             self._update(next_attempt_at=time.time() + delay_s)
-            signum = self.wait(delay_s)
+            with launch.keep_alive():
+                signum = self.wait(delay_s)
             if signum is not None:
                 launch.console.note(
                     f"{signal_name(signum)} while waiting to restart: the job ends, "

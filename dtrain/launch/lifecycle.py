@@ -8,7 +8,9 @@ any step before that starts nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain.agents.group import AgentGroup
-from dtrain.agents.session import AgentSession, Heartbeat
+from dtrain.agents.session import OUTPUT_KINDS, AgentEvent, AgentSession, Heartbeat, LinkClosed
 from dtrain.errors import ConnectError, DtrainError, PreflightFailed
 from dtrain.launch import DEFAULT_EXCLUDES, joblog, restarts
+from dtrain.launch.results import JobState
 from dtrain.launch.signals import forward_signals
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
@@ -195,6 +198,16 @@ def dry_run_facts(
     return planner.Facts(job_id=job_id, hosts=hosts), unresolved
 
 
+@dataclass(frozen=True)
+class KeptAgents:
+    """An attempt's agents kept open for the next one: reconnecting every host (ssh, Slurm's
+    step) is most of what a restart would cost at many hosts."""
+
+    group: AgentGroup
+    sessions: dict[str, AgentSession]
+    leases: dict[str, float]
+
+
 @dataclass
 class Launch:
     """One `dtrain launch`: its plan (once made) and its result (once finished)."""
@@ -209,6 +222,7 @@ class Launch:
     job_file: joblog.JobFile | None = None  # once set, the job's directory stays
     tasks_started_at: float | None = None  # when every task of the attempt had started
     dropped: dict[str, restarts.DroppedHost] = field(default_factory=dict)  # by host key
+    kept: KeptAgents | None = None  # a failed attempt's agents, for the next attempt
 
     def run(self) -> JobResult:
         slurm = self.options.slurm
@@ -226,6 +240,7 @@ class Launch:
 
             return Attempts(self, paths).run(placed)
         finally:
+            self.release()
             if self.job_file is None:
                 joblog.remove(paths)
 
@@ -234,20 +249,18 @@ class Launch:
     ) -> JobResult:
         """One start of the whole job, to its end (`attempt` None: a job that never restarts,
         its logs at the top of its directory)."""
-        slurm = self.options.slurm
-        allocating = slurm is not None and slurm.nodes is not None
-        hosts = self._agent_group()
+        kept = self._take_kept(placed)
+        hosts = kept.group if kept is not None else self._agent_group()
         self.tasks_started_at = None
+        keep = False
         try:
-            if self.request.hosts and slurm is None:  # a host listed twice is a mistake
-                hosts.ssh.distinct_targets(self.request.hosts)
             phase = _PhaseClock()
-            if allocating:
-                placed = self._allocate(hosts)
-                phase("Slurm allocation made, agents started")
-            sessions, placed = self._open(hosts, placed, attempt)
+            if kept is not None:  # the last attempt's agents, every one still there
+                sessions, leases = kept.sessions, kept.leases
+            else:
+                sessions, placed = self._connect(hosts, placed, attempt, phase)
+                leases = host_leases(hosts, sessions, self.options.lease_s)
             phase("connected and agents started")
-            leases = host_leases(hosts, sessions, self.options.lease_s)
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
                 if attempt is not None and attempt > 1:
                     self._clear_leftovers(sessions, attempt)
@@ -298,9 +311,79 @@ class Launch:
                     result = supervisor.run()
                 if attempt is None:
                     self._record(job_file, result)
+                keep = self._may_keep(result, attempt)
+                if keep:
+                    self.kept = KeptAgents(hosts, sessions, leases)
                 return result
         finally:
-            hosts.close()
+            if not keep:
+                hosts.close()
+
+    def _connect(
+        self,
+        hosts: AgentGroup,
+        placed: Sequence[PlacedTask],
+        attempt: int | None,
+        phase: Callable[[str], None],
+    ) -> tuple[dict[str, AgentSession], Sequence[PlacedTask]]:
+        """Every host's agent, started for this attempt (an allocation made first if asked)."""
+        slurm = self.options.slurm
+        if self.request.hosts and slurm is None:  # a host listed twice is a mistake
+            hosts.ssh.distinct_targets(self.request.hosts)
+        if slurm is not None and slurm.nodes is not None:
+            placed = self._allocate(hosts)
+            phase("Slurm allocation made, agents started")
+        return self._open(hosts, placed, attempt)
+
+    def _may_keep(self, result: JobResult, attempt: int | None) -> bool:
+        """Whether the next attempt may use this one's agents: a failure that may restart,
+        every host still there (none lost, none left unconfirmed), no --setup to run again."""
+        return (
+            attempt is not None
+            and self.options.restart.restarts
+            and not self.options.ssh.setup
+            and result.state is JobState.FAILED
+            and not restarts.lost_hosts(result)
+        )
+
+    def _take_kept(self, placed: Sequence[PlacedTask]) -> KeptAgents | None:
+        """The last attempt's agents, if they serve exactly this attempt's hosts and every
+        one is still there; else they are closed (and the attempt connects afresh)."""
+        kept, self.kept = self.kept, None
+        if kept is None:
+            return None
+        closed = False
+        while True:  # what came after the last attempt ended: late output, a closed link
+            try:
+                event = kept.group.events.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, LinkClosed):
+                closed = True
+            elif (
+                isinstance(event, AgentEvent)
+                and event.kind in OUTPUT_KINDS
+                and event.session.budget is not None
+            ):
+                event.session.budget.give_back(len(event.payload))
+        wanted = {h.key for h in _hosts_of(placed)}
+        gone = any(s.is_closed for s in kept.sessions.values())
+        if closed or gone or wanted != set(kept.sessions):
+            kept.group.close()
+            return None
+        return kept
+
+    def keep_alive(self) -> contextlib.AbstractContextManager[object]:
+        """While a restart waits: heartbeats to the agents kept for it, so they stay."""
+        if self.kept is None:
+            return contextlib.nullcontext()
+        return Heartbeat(self.kept.sessions.values(), self.options.heartbeat_s)
+
+    def release(self) -> None:
+        """Close the agents kept for a next attempt that will not come."""
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.group.close()
 
     def _open(
         self, hosts: AgentGroup, placed: Sequence[PlacedTask], attempt: int | None
