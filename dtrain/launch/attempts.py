@@ -1,7 +1,8 @@
 """A job that may restart (`--max-restarts N`): attempt after attempt until one ends for good.
 
-Each attempt is a whole launch (`Launch.run_attempt`: connect, plan, start, supervise, and
-every task stopped and gone before it returns); between two, a wait that doubles, which a
+Each attempt is a whole launch (`Launch.run_attempt`: connect, or keep the last attempt's
+agents when every host is still there; plan, start, supervise, and every task stopped and
+gone before it returns); between two, a wait that doubles, which a
 signal or `dtrain kill` ends at once, and for good. Which failure restarts, how long to wait
 and which hosts to drop are `restarts`' pure rules; this module applies them and keeps the
 record: job.json lists every attempt, and each attempt's logs stay in `attempt-N/`.
