@@ -12,12 +12,11 @@ import io
 import json
 import logging
 import os
-import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -31,16 +30,18 @@ from dtrain.flags import (
     F,
     Seconds,
     allocation_options,
-    container_from_flags,
     container_options,
     hosts_option,
     job_option,
     json_option,
+    kill_command_for,
     launcher_option,
     log_dir_option,
     make_ssh_options,
     mpi_options,
     remote_python_option,
+    restart_options,
+    restart_policy,
     setup_options,
     ssh_options,
     workdir_option,
@@ -231,6 +232,7 @@ ROLE_ENV_FLAGS = {
     metavar="PATTERN",
     help="Leave matching names out of --sync-dst-dir (besides .git, __pycache__, *.pyc).",
 )
+@restart_options
 @remote_python_option
 @ssh_options
 @container_options(fresh=True)
@@ -258,9 +260,12 @@ def launch(**given: Any) -> None:
       dtrain launch -n 4 -s 2 -H hosts -- python train.py --kv-store dist_sync
       dtrain launch --framework torch -n 4 -H hosts -- python examples/torch_ddp.py
       dtrain launch -n 2 --dry-run -- python train.py
+      dtrain launch -n 4 -H hosts --max-restarts 3 --min-hosts 3 -- python train.py
     """
+    policy = restart_policy(given)
     flags = LaunchFlags(**given)
     request, options = config_from_flags(flags)
+    options = replace(options, restart=policy)
     job_id = new_job_id()
     if flags.dry_run:
         count = options.engine.allocate_count if options.engine is not None else None
@@ -279,6 +284,8 @@ def launch(**given: Any) -> None:
     say(render.result_text(result))
     if flags.as_json:
         data = {"plan": run.plan.to_dict() if run.plan else None, "result": result.to_dict()}
+        if run.job_file is not None and "attempts" in run.job_file.document:
+            data["attempts"] = run.job_file.document["attempts"]
         emit_json(render.envelope("launch", result.exit_code, data, result.problems()))
     raise SystemExit(result.exit_code)
 
@@ -548,7 +555,9 @@ def ps_command(
     ages = {j: joblog.output_ages(root, j, time.time()) for j in jobs}
     scans = [results.with_output_ages(scan, ages) for scan in found.values()]
     outcome = results.scan_outcome(scans)
-    text, data = shown.ps_text(scans, dead), shown.ps_data(scans, job, dead)
+    waiting = {j for j, _ in joblog.running_launchers(root, local_hostname(), job)}
+    states = joblog.restart_states(root, jobs | waiting)
+    text, data = shown.ps_text(scans, dead, states), shown.ps_data(scans, job, dead, states)
     finish_sweep("ps", as_json, outcome, text, data)
 
 
@@ -557,6 +566,7 @@ def ps_command(
 @launcher_option
 @mpi_options
 @job_option
+@log_dir_option("A job launched from here with --max-restarts, under LOG_DIR, ends for good.")
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
     "--grace",
@@ -576,6 +586,7 @@ def kill_command(
     mpirun: str | None,
     mpi_args: tuple[str, ...],
     job: str | None,
+    log_dir: str,
     dry_run: bool,
     grace: float,
     remote_python: str,
@@ -588,8 +599,10 @@ def kill_command(
 
     Stops the job processes `dtrain ps` lists (yours only, found by environment, never by
     name): SIGTERM to each process group, SIGKILL to what is left after --grace, then gather
-    that nothing is left. A running `dtrain launch` whose tasks are stopped this way fails,
-    saying they were killed from outside. Without -H, this machine. Exits 0 only when every
+    that nothing is left. A running `dtrain launch` then fails, saying its tasks were killed
+    from outside; one with --max-restarts from this machine (its job.json under --log-dir) is
+    told to stop first, so it is not restarted, even between two attempts. Without -H, this
+    machine. Exits 0 only when every
     host was reached and nothing is left (with --dry-run: when every host answered).
 
     \b
@@ -603,6 +616,11 @@ def kill_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    if not dry_run:
+        for stopped, pid in joblog.stop_launchers(
+            joblog.check_root(log_dir), local_hostname(), job
+        ):
+            say(f"dtrain: job {stopped}: its launcher (pid {pid}) stops it, for good\n")
     kills = list(
         sweep.kill(
             where.hosts,
@@ -699,19 +717,6 @@ def stacks_command(
 
 
 # ---- doctor ---------------------------------------------------------------------------------
-
-
-def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
-    """The `dtrain kill` line that reaches the same hosts, for hints."""
-    words = ["dtrain", "kill"]
-    if hostfile is not None:
-        words += ["-H", str(hostfile)]
-    if ssh_config is not None:
-        words += ["--ssh-config", str(ssh_config)]
-    container = container_from_flags()
-    if container is not None and container.container is not None:  # where its processes are
-        words += ["--container", container.container]
-    return shlex.join(words)
 
 
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ import click
 
 from dtrain import containers
 from dtrain.inputfiles import InputFile, check_input
+from dtrain.launch.restarts import RestartPolicy, parse_codes
 from dtrain.transport.options import DEFAULT_SETUP_TIMEOUT_S, SshOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -294,3 +296,90 @@ def make_ssh_options(
         setup_timeout_s=setup_timeout,
         container=container_from_flags(),
     )
+
+
+def restart_options(func: F) -> F:
+    """`dtrain launch`'s restart flags (taken out of the call's flags by `restart_policy`)."""
+    for decorator in reversed(
+        [
+            click.option(
+                "--max-restarts",
+                type=click.IntRange(0, 10000),
+                default=0,
+                show_default=True,
+                help="Start the whole job again (every task stopped first) this many times "
+                "after a task fails or a host is lost; never after Ctrl-C, SIGTERM, dtrain "
+                "kill, --timeout, exit 126/127 or a start-up failure.",
+            ),
+            click.option(
+                "--restart-delay",
+                type=Seconds(min=0, max=DAY_S),
+                default=10.0,
+                show_default=True,
+                help="Seconds before the first restart; doubled for each next one (with "
+                "jitter), up to --max-restart-delay.",
+            ),
+            click.option(
+                "--max-restart-delay",
+                type=Seconds(min=0, max=7 * DAY_S),
+                default=300.0,
+                show_default=True,
+                help="The longest wait before a restart.",
+            ),
+            click.option(
+                "--restart-window",
+                type=Seconds(min=0, max=DAY_S),
+                default=5.0,
+                show_default=True,
+                help="A failure this soon after every task started is a start-up failure: "
+                "never restarted.",
+            ),
+            click.option(
+                "--no-restart-on",
+                metavar="CODES",
+                help="Exit codes that must never restart the job, e.g. 3,137.",
+            ),
+            click.option(
+                "--min-hosts",
+                type=click.IntRange(1, 1_000_000),
+                help="With --max-restarts: restart on the hosts that answer (the plan made "
+                "again over them) when at least this many do.",
+            ),
+            click.option(
+                "--host-cooldown",
+                type=Seconds(min=0, max=7 * DAY_S),
+                default=300.0,
+                show_default=True,
+                help="With --min-hosts: seconds a dropped host sits out before it is tried again.",
+            ),
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+def restart_policy(given: dict[str, Any]) -> RestartPolicy:
+    """The restart flags, taken out of `given` (a command's flags as click passed them)."""
+    codes = given.pop("no_restart_on")
+    return RestartPolicy(
+        max_restarts=given.pop("max_restarts"),
+        delay_s=given.pop("restart_delay"),
+        max_delay_s=given.pop("max_restart_delay"),
+        window_s=given.pop("restart_window"),
+        no_restart_on=parse_codes(codes) if codes is not None else frozenset(),
+        min_hosts=given.pop("min_hosts"),
+        host_cooldown_s=given.pop("host_cooldown"),
+    )
+
+
+def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
+    """The `dtrain kill` line that reaches the same hosts, for hints."""
+    words = ["dtrain", "kill"]
+    if hostfile is not None:
+        words += ["-H", str(hostfile)]
+    if ssh_config is not None:
+        words += ["--ssh-config", str(ssh_config)]
+    container = container_from_flags()
+    if container is not None and container.container is not None:  # where its processes are
+        words += ["--container", container.container]
+    return shlex.join(words)

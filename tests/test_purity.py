@@ -12,6 +12,7 @@ PURE = [
     "dtrain.plan.planner",
     "dtrain.plan.frameworks",
     "dtrain.launch.results",
+    "dtrain.launch.restarts",
     "dtrain.render",
     "dtrain.render.processes",
     "dtrain.render.doctor",

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ JOB_FILE = "job.json"
 RESERVE_FILE = ".job.json.reserve"
 RUNNING = "running"
 LAUNCHER_DIED = "launcher_died"
+ATTEMPT_PREFIX = "attempt-"
 BASE_RESERVE_BYTES = 64 * 1024
 RESERVE_PER_TASK_BYTES = 2048  # a task's entry in the result, with a long `detail`
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -141,20 +143,21 @@ def remove(paths: JobPaths) -> None:
             made.rmdir()  # only if still empty: another job may have started there meanwhile
 
 
-def populate(paths: JobPaths, plan: JobPlan, host: str) -> DeadLauncherJob | None:
+def populate(
+    paths: JobPaths, plan: JobPlan, host: str, attempt: int | None = None
+) -> DeadLauncherJob | None:
     """Write the plan's extra files and log aliases, and point `latest` at this job.
 
-    Returns the job `latest` pointed at before if its launcher died without recording its end
-    (that job.json now says so).
+    With `attempt` (a job that may restart), they go under `attempt-N/` and the job's top
+    level links each name to the newest attempt's file. Returns the job `latest` pointed at
+    before if its launcher died without recording its end (that job.json now says so).
     """
     try:
-        for name, content in plan.extra_files.items():
-            write_private(paths.log(name), content.encode())
-        for task in plan.tasks:
-            for alias in task.log_aliases:
-                paths.log(alias).symlink_to(task.log_name)
+        write_attempt_files(paths, plan, attempt)
     except OSError as exc:
         raise log_dir_error(paths.dir, exc, "write") from None
+    if attempt is not None and attempt > 1:
+        return None  # `latest` went to this job with its first attempt
     latest = paths.latest
     previous = None
     with contextlib.suppress(OSError):
@@ -165,6 +168,39 @@ def populate(paths: JobPaths, plan: JobPlan, host: str) -> DeadLauncherJob | Non
             temporary.symlink_to(paths.job_id)
             temporary.replace(latest)
     return previous
+
+
+def attempt_dir(paths: JobPaths, attempt: int | None) -> Path:
+    """Where an attempt's task logs go: the job's directory, or its `attempt-N/`."""
+    return paths.dir if attempt is None else paths.dir / f"{ATTEMPT_PREFIX}{attempt}"
+
+
+def write_attempt_files(paths: JobPaths, plan: JobPlan, attempt: int | None) -> None:
+    where = attempt_dir(paths, attempt)
+    if attempt is not None:
+        where.mkdir(mode=DIR_MODE, exist_ok=True)
+        os.chmod(where, DIR_MODE)
+    for name, content in plan.extra_files.items():
+        write_private(where / name, content.encode())
+    for task in plan.tasks:
+        for alias in task.log_aliases:
+            (where / alias).symlink_to(task.log_name)
+    if attempt is None:
+        return
+    names = [*plan.extra_files]
+    for task in plan.tasks:
+        names += [task.log_name, *task.log_aliases]
+    for old in paths.dir.iterdir():  # a task the new plan does not have: no link to the past
+        if (
+            old.is_symlink()
+            and os.readlink(old).startswith(ATTEMPT_PREFIX)
+            and old.name not in names
+        ):
+            old.unlink()
+    for name in names:
+        temporary = paths.dir / f".{name}.{os.getpid()}.link"
+        temporary.symlink_to(f"{where.name}/{name}")
+        temporary.replace(paths.dir / name)
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -262,8 +298,22 @@ class JobFile:
             return
         self.document = document
 
-    def finish(self, state: str, result: Mapping[str, Any]) -> None:
-        self.write({**self.document, "state": state, "result": dict(result)}, final=True)
+    def update(self, **fields: Any) -> None:
+        """Best effort, as `tasks_started`: a full disk keeps the reserve for the final
+        document (an attempt's start or end, a restart's wait)."""
+        document = {**self.document, **fields}
+        try:
+            self.reserve(BASE_RESERVE_BYTES + 2 * len(encode(document)))
+            self.write(document, use_reserve=False)
+        except OSError as exc:
+            logger.debug("job.json: %s not written (%s)", ", ".join(fields), exc)
+            return
+        self.document = document
+
+    def finish(self, state: str, result: Mapping[str, Any], **fields: Any) -> None:
+        document = {**self.document, **fields, "state": state, "result": dict(result)}
+        self.write(document, final=True)
+        self.document = document
 
 
 class TaskLog:
@@ -411,6 +461,70 @@ def dead_launcher_jobs(root: Path, host: str, job: str | None = None) -> list[De
         if dead is not None:
             found.append(dead)
     return found
+
+
+def launcher_is_running(launcher: Launcher, host: str) -> bool:
+    """True only when `launcher` is surely the live process job.json names: on this host, its
+    pid started as long after boot as recorded (what may be signalled)."""
+    if launcher.host != host or launcher.create_time is None or launcher.boot_time is None:
+        return False
+    return not launcher_is_gone(launcher, host)
+
+
+def running_launchers(root: Path, host: str, job: str | None = None) -> list[tuple[str, Launcher]]:
+    """The jobs under `root` that may restart (--max-restarts), whose job.json says running and
+    whose launcher runs here: `dtrain kill` stops the launcher first, so that the job ends for
+    good (no restart), even while it waits between attempts with no task running."""
+    from dtrain.processes.launcher import Launcher
+
+    found = []
+    try:
+        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+    for job_dir in entries:
+        if job is not None and job_dir.name != job:
+            continue
+        document = _read_document(job_dir / JOB_FILE)
+        if document is None or document.get("state") != RUNNING:
+            continue
+        if not document.get("max_restarts"):
+            continue  # its tasks killed from outside end it: nothing would restart it
+        launcher = Launcher.from_dict(document.get("launcher"))
+        if launcher is not None and launcher_is_running(launcher, host):
+            found.append((job_dir.name, launcher))
+    return found
+
+
+def stop_launchers(root: Path, host: str, job: str | None = None) -> list[tuple[str, int]]:
+    """SIGTERM to the launcher of each running job under `root` launched here (a stop on
+    purpose: never restarted); the jobs and pids told."""
+    told = []
+    for job_id, launcher in running_launchers(root, host, job):
+        try:
+            os.kill(launcher.pid, signal.SIGTERM)
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        told.append((job_id, launcher.pid))
+    return told
+
+
+def restart_states(root: Path, jobs: set[str]) -> dict[str, dict[str, Any]]:
+    """For the running jobs named that may restart: which attempt runs (or when the next
+    starts), for `dtrain ps`."""
+    states = {}
+    for job in sorted(jobs):
+        document = _read_document(root / job / JOB_FILE)
+        if document is None or document.get("state") != RUNNING:
+            continue
+        if not document.get("max_restarts"):
+            continue
+        states[job] = {
+            "attempt": document.get("attempt"),
+            "max_restarts": document.get("max_restarts"),
+            "next_attempt_at": document.get("next_attempt_at"),
+        }
+    return states
 
 
 def output_ages(root: Path, job: str, now: float) -> dict[str, float]:

@@ -11,18 +11,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrain import containers
 from dtrain.agents.group import AgentGroup
-from dtrain.agents.session import AgentSession, Event, Heartbeat, Interrupt
-from dtrain.errors import DtrainError, PreflightFailed, UsageError
-from dtrain.launch import DEFAULT_EXCLUDES, joblog
+from dtrain.agents.session import OUTPUT_KINDS, AgentEvent, AgentSession, Heartbeat, LinkClosed
+from dtrain.errors import ConnectError, DtrainError, PreflightFailed, UsageError
+from dtrain.launch import DEFAULT_EXCLUDES, joblog, restarts
+from dtrain.launch.results import JobState
+from dtrain.launch.signals import forward_signals
 from dtrain.plan import planner
 from dtrain.plan.hosts import Host
 from dtrain.plan.spec import Framework, JobPlan, PlacedTask
@@ -48,6 +49,8 @@ logger = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_LEASE_S = 15.0  # a host silent this long is lost, unless told otherwise
 MIN_LEASE_S = 2.0  # two heartbeats: a shorter lease loses healthy hosts
+LEFTOVER_WAIT_S = 5.0  # beyond the grace: an earlier attempt's tasks going by themselves
+LEFTOVER_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class LaunchOptions:
     kill_command: str = "dtrain kill"  # with the flags that reach these hosts, for hints
     engine: EngineOptions | None = None  # start the agents through Slurm, mpirun (AgentGroup)
     take_stacks: bool = True  # a job stopped because it hung: every task's stack first
+    restart: restarts.RestartPolicy = field(default_factory=restarts.RestartPolicy)
 
 
 class StacksOnDemand:
@@ -197,21 +201,14 @@ def dry_run_facts(
     return planner.Facts(job_id=job_id, hosts=hosts), unresolved
 
 
-@contextlib.contextmanager
-def forward_signals(events: queue.SimpleQueue[Event | Interrupt]) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP become events the supervisor handles (stop everything)."""
+@dataclass(frozen=True)
+class KeptAgents:
+    """An attempt's agents kept open for the next one: reconnecting every host (ssh, Slurm's
+    step) is most of what a restart would cost at many hosts."""
 
-    def handler(signum: int, frame: object) -> None:
-        events.put(Interrupt(signum))  # SimpleQueue.put is safe in a signal handler
-
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        previous[signum] = signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
+    group: AgentGroup
+    sessions: dict[str, AgentSession]
+    leases: dict[str, float]
 
 
 @dataclass
@@ -225,28 +222,52 @@ class Launch:
     plan: JobPlan | None = None
     log_dir: Path | None = None
     on_planned: Callable[[JobPlan, Path], None] | None = None
+    job_file: joblog.JobFile | None = None  # once set, the job's directory stays
+    tasks_started_at: float | None = None  # when every task of the attempt had started
+    dropped: dict[str, restarts.DroppedHost] = field(default_factory=dict)  # by host key
+    kept: KeptAgents | None = None  # a failed attempt's agents, for the next attempt
 
     def run(self) -> JobResult:
         engine = self.options.engine
         allocating = engine is not None and engine.allocate_count is not None
         planner.validate(self.request)  # bad requests fail before any connection
+        policy = self.options.restart
+        restarts.validate(policy, len(self.request.hosts) or None, allocating)
         placed = () if allocating else planner.place(self.request)
         _check_tasks_here(placed, self.options.ssh.container is not None)
-        hosts = self._agent_group()  # a directory --image cannot mount fails here
+        self._job_ssh()  # a directory --image cannot mount fails here
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
-        started = False
         try:
-            if self.request.hosts and engine is None:  # a host listed twice is a mistake
-                hosts.ssh.distinct_targets(self.request.hosts)
+            if not policy.restarts:
+                return self.run_attempt(paths, placed, None)
+            from dtrain.launch.attempts import Attempts
+
+            return Attempts(self, paths).run(placed)
+        finally:
+            self.release()
+            if self.job_file is None:
+                joblog.remove(paths)
+
+    def run_attempt(
+        self, paths: joblog.JobPaths, placed: Sequence[PlacedTask], attempt: int | None
+    ) -> JobResult:
+        """One start of the whole job, to its end (`attempt` None: a job that never restarts,
+        its logs at the top of its directory)."""
+        kept = self._take_kept(placed)
+        hosts = kept.group if kept is not None else self._agent_group()
+        self.tasks_started_at = None
+        keep = False
+        try:
             phase = _PhaseClock()
-            if allocating:
-                placed = self._allocate(hosts)
-                phase("allocation made, agents started")
-            planned_hosts = _hosts_of(placed)
-            sessions = hosts.open(planned_hosts)
+            if kept is not None:  # the last attempt's agents, every one still there
+                sessions, leases = kept.sessions, kept.leases
+            else:
+                sessions, placed = self._connect(hosts, placed, attempt, phase)
+                leases = host_leases(hosts, sessions, self.options.lease_s)
             phase("connected and agents started")
-            leases = host_leases(hosts, sessions, self.options.lease_s)
             with Heartbeat(sessions.values(), self.options.heartbeat_s):
+                if attempt is not None and attempt > 1:
+                    self._clear_leftovers(sessions, attempt)
                 facts = gather_facts(
                     self.request, self.job_id, sessions, self.options, placed, leases
                 )
@@ -260,7 +281,7 @@ class Launch:
                     phase("sync")
                 self._hand_out_tasks(sessions)
                 phase("tasks checked on every host")
-                job_file = self._prepare_log_dir(paths, _engine_record(hosts))
+                job_file = self._prepare_log_dir(paths, _engine_record(hosts), attempt)
                 phase("log dir and job.json")
                 self.log_dir = paths.dir
                 from dtrain.agents import ops
@@ -271,7 +292,7 @@ class Launch:
                         self.plan,
                         sessions,
                         hosts.events,
-                        self.log_dir,
+                        joblog.attempt_dir(paths, attempt),
                         self.console,
                         SupervisorOptions(
                             grace_s=self.options.grace_s,
@@ -282,33 +303,179 @@ class Launch:
                         ),
                         stacks=self._stack_taker(sessions),
                     )
-                    started = True  # from here on the job's directory stays: announce it
+                    self.job_file = job_file  # from here on the job's directory stays
                     if self.on_planned is not None:
                         self.on_planned(self.plan, self.log_dir)
                     ops.start(sessions, REQUEST_TIMEOUT_S).raise_if_failed(
                         "starting the tasks", outcome="the tasks that did start were stopped"
                     )
                     job_file.tasks_started()
+                    self.tasks_started_at = time.time()
                     phase("tasks started")
                     result = supervisor.run()
-                hosts.close()  # every agent done with its tasks (closing again below is a no-op)
-                self._sweep_lost(result)
-                self._record(job_file, result)
+                keep = self._may_keep(result, attempt)
+                if keep:
+                    self.kept = KeptAgents(hosts, sessions, leases)
+                else:
+                    hosts.close()  # every agent done with its tasks (closing again is a no-op)
+                    self._sweep_lost(result)
+                if attempt is None:
+                    self._record(job_file, result)
                 return result
         finally:
-            hosts.close()
-            if not started:
-                joblog.remove(paths)
+            if not keep:
+                hosts.close()
+
+    def _connect(
+        self,
+        hosts: AgentGroup,
+        placed: Sequence[PlacedTask],
+        attempt: int | None,
+        phase: Callable[[str], None],
+    ) -> tuple[dict[str, AgentSession], Sequence[PlacedTask]]:
+        """Every host's agent, started for this attempt (an allocation made first if asked)."""
+        engine = self.options.engine
+        if self.request.hosts and engine is None:  # a host listed twice is a mistake
+            hosts.ssh.distinct_targets(self.request.hosts)
+        if engine is not None and engine.allocate_count is not None:
+            placed = self._allocate(hosts)
+            phase("allocation made, agents started")
+        return self._open(hosts, placed, attempt)
+
+    def _may_keep(self, result: JobResult, attempt: int | None) -> bool:
+        """Whether the next attempt may use this one's agents: a failure that may restart,
+        every host still there (none lost, none left unconfirmed), no --setup to run again."""
+        return (
+            attempt is not None
+            and self.options.restart.restarts
+            and not self.options.ssh.setup
+            and result.state is JobState.FAILED
+            and not restarts.lost_hosts(result)
+        )
+
+    def _take_kept(self, placed: Sequence[PlacedTask]) -> KeptAgents | None:
+        """The last attempt's agents, if they serve exactly this attempt's hosts and every
+        one is still there; else they are closed (and the attempt connects afresh)."""
+        kept, self.kept = self.kept, None
+        if kept is None:
+            return None
+        closed = False
+        while True:  # what came after the last attempt ended: late output, a closed link
+            try:
+                event = kept.group.events.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, LinkClosed):
+                closed = True
+            elif (
+                isinstance(event, AgentEvent)
+                and event.kind in OUTPUT_KINDS
+                and event.session.budget is not None
+            ):
+                event.session.budget.give_back(len(event.payload))
+        wanted = {h.key for h in _hosts_of(placed)}
+        gone = any(s.is_closed for s in kept.sessions.values())
+        if closed or gone or wanted != set(kept.sessions):
+            kept.group.close()
+            return None
+        return kept
+
+    def keep_alive(self) -> contextlib.AbstractContextManager[object]:
+        """While a restart waits: heartbeats to the agents kept for it, so they stay."""
+        if self.kept is None:
+            return contextlib.nullcontext()
+        return Heartbeat(self.kept.sessions.values(), self.options.heartbeat_s)
+
+    def release(self) -> None:
+        """Close the agents kept for a next attempt that will not come."""
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.group.close()
+
+    def _open(
+        self, hosts: AgentGroup, placed: Sequence[PlacedTask], attempt: int | None
+    ) -> tuple[dict[str, AgentSession], Sequence[PlacedTask]]:
+        """Every planned host's agent; a restart with --min-hosts goes on without the hosts
+        that do not answer (if enough do), the tasks placed again over the others."""
+        policy = self.options.restart
+        wanted = _hosts_of(placed)
+        if attempt is None or attempt == 1 or policy.min_hosts is None or not self.request.hosts:
+            return hosts.open(wanted), placed
+        sessions, problems = hosts.open_reachable(wanted)
+        if not problems:
+            return sessions, placed
+        answering = tuple(h for h in self.request.hosts if h.key in sessions)
+        if not restarts.enough_hosts(policy, len(answering)):
+            raise ConnectError(
+                f"only {len(answering)} of {len(self.request.hosts)} hosts answer for attempt "
+                f"{attempt}, fewer than --min-hosts {policy.min_hosts}; nothing was started",
+                problems=list(problems.values()),
+            )
+        for host in self.request.hosts:
+            problem = problems.get(host.key)
+            if problem is not None:
+                self.drop_host(host, problem.message, attempt)
+        self.request = replace(self.request, hosts=answering)
+        placed = planner.place(self.request)
+        keep = {h.key for h in _hosts_of(placed)}
+        return {k: s for k, s in sessions.items() if k in keep}, placed
+
+    def drop_host(self, host: Host, why: str, attempt: int) -> None:
+        """Leave `host` out until its cool-down has passed; the console and job.json say why."""
+        policy = self.options.restart
+        self.dropped[host.key] = restarts.DroppedHost(host.key, host.display, why, time.monotonic())
+        self.console.note(
+            f"{host.display} dropped from attempt {attempt}: {why}; the job goes on without it "
+            f"(--min-hosts {policy.min_hosts}), and tries it again after "
+            f"{policy.host_cooldown_s:g}s"
+        )
+
+    def _clear_leftovers(self, sessions: Mapping[str, AgentSession], attempt: int) -> None:
+        """No task of an earlier attempt may still run when the next starts (its ports, its
+        GPUs): wait for them to go, then stop what is left; one that survives ends the job."""
+        from dtrain.processes import sweep
+
+        deadline = time.monotonic() + self.options.grace_s + LEFTOVER_WAIT_S
+        while True:
+            scans = sweep.scan_sessions(sessions, self.job_id, include_dmlc=False)
+            left = {k: s.host for k, s in scans.items() if any(p.task for p in s.processes)}
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(LEFTOVER_POLL_S)
+        if not left:
+            return
+        self.console.note(
+            f"tasks of attempt {attempt - 1} still run on {', '.join(left.values())}: "
+            f"stopping them before attempt {attempt} starts"
+        )
+        kills = sweep.kill_sessions(
+            {k: sessions[k] for k in left},
+            self.job_id,
+            grace_s=self.options.grace_s,
+            include_dmlc=False,
+        )
+        survivors = [kill.host for kill in kills.values() if kill.survivors or kill.error]
+        if survivors:
+            raise DtrainError(
+                f"tasks of attempt {attempt - 1} survive on {', '.join(survivors)}; "
+                f"attempt {attempt} was not started",
+                hint=f"stop them with `{self.options.kill_command} --job {self.job_id}`",
+            )
+
+    def _job_ssh(self) -> SshOptions:
+        """How this job reaches its hosts: with --container or --image, its container named
+        after the job and the job's directories mounted (a bad mount fails here)."""
+        ssh = self.options.ssh
+        if ssh.container is None:
+            return ssh
+        mounts = (self.request.workdir, self.request.sync_dst or "")
+        return replace(ssh, container=containers.for_job(ssh.container, self.job_id, mounts))
 
     def _agent_group(self) -> AgentGroup:
         """The job's agents, whose --setup processes carry the job's tag."""
         options = self.options
-        ssh = options.ssh
-        if ssh.container is not None:  # named after the job, the job's directories mounted
-            mounts = (self.request.workdir, self.request.sync_dst or "")
-            ssh = replace(ssh, container=containers.for_job(ssh.container, self.job_id, mounts))
         return AgentGroup(
-            ssh,
+            self._job_ssh(),
             options.remote_python,
             options.engine,
             job_id=self.job_id,
@@ -353,12 +520,19 @@ class Launch:
         return planner.place(self.request)
 
     def _prepare_log_dir(
-        self, paths: joblog.JobPaths, engine: dict[str, Any] | None = None
+        self,
+        paths: joblog.JobPaths,
+        engine: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> joblog.JobFile:
-        """Log aliases, `latest`, and job.json saying running (with who runs it)."""
+        """Log aliases, `latest`, and job.json saying running (with who runs it); a later
+        attempt only its own directory and its plan in job.json."""
         assert self.plan is not None
         host = local_hostname()
-        previous = joblog.populate(paths, self.plan, host)
+        previous = joblog.populate(paths, self.plan, host, attempt)
+        if self.job_file is not None and attempt is not None and attempt > 1:
+            self.job_file.update(plan=self.plan.to_dict(), attempt=attempt, engine=engine)
+            return self.job_file
         if previous is not None:
             self.console.note(
                 f"the previous job {previous.job_id} never recorded its end: launcher died "
@@ -369,6 +543,8 @@ class Launch:
             job_file.start(self.plan, joblog.this_launcher(host), engine)
         except OSError as exc:
             raise joblog.log_dir_error(paths.dir, exc, "write") from None
+        if attempt is not None:
+            job_file.update(attempt=attempt, max_restarts=self.options.restart.max_restarts)
         return job_file
 
     def _stack_taker(self, sessions: Mapping[str, AgentSession]) -> StackTaker | None:

@@ -140,6 +140,7 @@ class JobContext:
     rendezvous: Endpoint | None
     ps_gpus: bool = False
     user_sets: frozenset[str] = frozenset()
+    restarts: tuple[int, int] = (0, 0)  # this attempt's restart count, and --max-restarts
     by_role: Mapping[Role, tuple[PlacedTask, ...]] = field(init=False, repr=False)
     joined: Mapping[Role, str] = field(init=False, repr=False)  # endpoints, comma-separated
     node_counts: Mapping[Role, int] = field(init=False, repr=False)
@@ -182,6 +183,22 @@ def task_env(ctx: JobContext, task: PlacedTask) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = task.gpu
     env[JOB_ID_VAR] = ctx.job_id
     env[TASK_VAR] = task_name(ctx.framework, task.role, task.index)
+    if ctx.restarts[1]:
+        env.update(restart_env(ctx.framework, *ctx.restarts))
+    return env
+
+
+RESTART_COUNT_VAR = "DTRAIN_RESTART_COUNT"
+MAX_RESTARTS_VAR = "DTRAIN_MAX_RESTARTS"
+
+
+def restart_env(framework: Framework, restart_count: int, max_restarts: int) -> dict[str, str]:
+    """Which attempt this is, the same for every task, so a script knows to resume from its
+    checkpoint; torch scripts read torchrun's names for it (TORCHELASTIC_*)."""
+    env = {RESTART_COUNT_VAR: str(restart_count), MAX_RESTARTS_VAR: str(max_restarts)}
+    if framework is Framework.TORCH:
+        env["TORCHELASTIC_RESTART_COUNT"] = str(restart_count)
+        env["TORCHELASTIC_MAX_RESTARTS"] = str(max_restarts)
     return env
 
 

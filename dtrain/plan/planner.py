@@ -60,6 +60,8 @@ class JobRequest:
     ps_gpus: bool = False
     local_cores: int | None = None  # this machine's usable CPU cores, when the caller knows
     allow_env_override: bool = False  # --env may replace what dtrain computes (on purpose)
+    restart_count: int = 0  # which restart of the job this plan is for (0: the first attempt)
+    max_restarts: int = 0  # --max-restarts: with any, every task learns its attempt
 
     @property
     def is_local_only(self) -> bool:
@@ -414,6 +416,7 @@ def plan_job(
         rendezvous=rendezvous,
         ps_gpus=request.ps_gpus,
         user_sets=frozenset(request.shell_env) | frozenset(request.env),
+        restarts=(request.restart_count, request.max_restarts),
     )
     forwarded = frameworks.forwarded_env(request.framework, request.shell_env)
     is_multi_host = not request.is_local_only

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from dtrain.errors import one_line
 from dtrain.processes.launcher import DeadLauncherJob
@@ -27,9 +28,13 @@ LISTED_HEADER = ("PID", "TASK", "AGE", "CPU", "RSS", "COMMAND")  # kill --dry-ru
 KILL_HEADER = ("PID", "TASK", "RESULT", "COMMAND")
 
 
-def ps_text(scans: Sequence[HostScan], dead: Sequence[DeadLauncherJob] = ()) -> str:
+def ps_text(
+    scans: Sequence[HostScan],
+    dead: Sequence[DeadLauncherJob] = (),
+    restarts: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     """What `dtrain ps` prints: per host, each job's processes with pid, task, age, CPU, RSS;
-    then the jobs in the log directory whose launcher died."""
+    which attempt of a job that may restart runs; then the jobs whose launcher died."""
     lines = []
     for scan in scans:
         name = _host_name(scan)
@@ -40,6 +45,7 @@ def ps_text(scans: Sequence[HostScan], dead: Sequence[DeadLauncherJob] = ()) -> 
         else:
             lines.append(f"{name}: {_count(len(scan.processes), 'job process')}")
             lines += _job_tables(scan, PS_HEADER, _ps_row)
+    lines += restart_lines(restarts or {})
     lines += dead_launcher_lines(dead, scans)
     return "\n".join(lines) + "\n"
 
@@ -84,11 +90,32 @@ def dead_launcher_lines(dead: Sequence[DeadLauncherJob], scans: Sequence[HostSca
     return lines
 
 
+def restart_lines(states: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per running job that may restart: its attempt, or when the next starts."""
+    lines = []
+    for job, state in states.items():
+        attempt, most = state.get("attempt"), state.get("max_restarts")
+        total = most + 1 if isinstance(most, int) else "?"
+        next_at = state.get("next_attempt_at")
+        if isinstance(next_at, int | float) and isinstance(attempt, int):
+            lines.append(
+                f"job {job}: attempt {attempt} of {total} failed; attempt {attempt + 1} "
+                f"starts at {clock(next_at)} (dtrain kill --job {job} ends it)"
+            )
+        else:
+            lines.append(f"job {job}: attempt {attempt} of {total} running")
+    return lines
+
+
 def ps_data(
-    scans: Sequence[HostScan], job: str | None, dead: Sequence[DeadLauncherJob] = ()
+    scans: Sequence[HostScan],
+    job: str | None,
+    dead: Sequence[DeadLauncherJob] = (),
+    restarts: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, object]:
     """The `data` of `dtrain ps --json`."""
     return {
+        "restarts": dict(restarts or {}),
         "job": job,
         "hosts": [scan.to_dict() for scan in scans],
         "launcher_died": [d.to_dict(_left(d, scans)) for d in dead],

@@ -444,3 +444,25 @@ def test_node_names_that_do_not_resolve_are_said_to_not_resolve(
     assert done.returncode == 3, done.stderr
     assert "the Slurm nodes' names do not resolve on this machine: ghost1 (" in done.stderr
     assert "no route" not in done.stderr
+
+
+def test_a_failed_attempt_restarts_inside_the_same_allocation(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    probe = program("restart_probe.py")
+    done = dtrain_in_salloc(
+        slurm,
+        3,
+        ["launch", "-n", "3", "-s", "1", "--max-restarts", "2", "--restart-delay", "0",
+         "--restart-window", "0", "--grace", "1", "--", PYTHON, probe, "worker.1", "1", "7", "1"],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "attempt 1 of 3 failed: worker.1@h2 exited with code 7" in done.stderr
+    attempts = job_of(tmp_path)["attempts"]
+    assert isinstance(attempts, list) and [a["exit_code"] for a in attempts] == [7, 0]
+    first, second = (a["engine"] for a in attempts)
+    assert first["name"] == second["name"] == "slurm"
+    assert first["job_id"] == second["job_id"]  # the same allocation
+    assert first["step_id"] == second["step_id"]  # its agents, kept for the restart
+    assert sorted(attempts[1]["hosts"]) == ["h1", "h2", "h3"]
