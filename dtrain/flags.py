@@ -109,7 +109,7 @@ def setup_options(func: F) -> F:
     return func
 
 
-LAUNCHERS = ("auto", "local", "ssh", "slurm", "mpi")
+LAUNCHERS = ("auto", "local", "ssh", "slurm", "mpi", "pbs", "lsf")
 
 
 def launcher_option(func: F) -> F:
@@ -119,7 +119,8 @@ def launcher_option(func: F) -> F:
         default="auto",
         show_default=True,
         help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
-        "(salloc, sbatch) its nodes through Slurm; else this machine only. mpi: one mpirun "
+        "(salloc, sbatch) its nodes through Slurm; inside a PBS or LSF job its node file's "
+        "hosts through pbsdsh or blaunch (else ssh); else this machine only. mpi: one mpirun "
         "(Open MPI or MPICH) starts them on the -H hosts.",
     )(func)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import click
 
 from dtrain.errors import UsageError
-from dtrain.inputfiles import read_hosts
+from dtrain.inputfiles import InputFile, read_hosts, read_text_input
 from dtrain.plan import mpi as plan_mpi
+from dtrain.plan import nodefile
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host
 from dtrain.transport.engine import EngineOptions
@@ -82,6 +83,17 @@ def where_to_run(
         return Where(read_hosts(hostfile) if launcher != "local" else ())
     if allocation is not None:
         return Where((), allocation)
+    if launcher in ("pbs", "lsf") or (launcher == "auto" and not plan_slurm.in_allocation(env)):
+        job = nodefile.current_job(env)
+        if job is not None and launcher in ("auto", job.scheduler.name.lower()):
+            return _in_node_file_job(job)
+        if launcher != "auto":
+            raise UsageError(
+                f"--launcher {launcher} outside a {launcher.upper()} job "
+                f"(no ${nodefile.Scheduler[launcher.upper()].file_var})",
+                hint="run dtrain inside the job (its batch script, or an interactive job), "
+                "or pass -H hosts",
+            )
     if not plan_slurm.in_allocation(env):
         if launcher == "slurm":
             inside = "run dtrain inside the allocation (salloc, sbatch, srun --pty bash)"
@@ -98,6 +110,34 @@ def where_to_run(
     summary = f"{len(found.nodes)} node{'s' if len(found.nodes) != 1 else ''}"
     note = f"inside Slurm job {found.job_id}: {summary} {env[plan_slurm.NODELIST_VAR]}"
     return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
+
+
+def _in_node_file_job(job: nodefile.Job) -> Where:
+    """Inside a PBS or LSF job: the hosts and slots of its node file; the agents from pbsdsh
+    or blaunch, else over ssh, said in one line (those tasks escape the job's accounting)."""
+    scheduler = job.scheduler
+    source = InputFile(
+        Path(job.node_file),
+        f"${scheduler.file_var}",
+        "node file",
+        f"run dtrain inside the {scheduler.value} job that wrote it, or pass -H hosts",
+    )
+    hosts = nodefile.parse_node_file(read_text_input(source), job.node_file)
+    from dtrain.transport import nodestart
+
+    slots = sum(host.slot_count for host in hosts)
+    where = (
+        f"inside {scheduler.value} job {job.job_id or '?'}: {len(hosts)} host(s), {slots} slot(s)"
+    )
+    starter = nodestart.starter_path(scheduler)
+    if starter is None:
+        note = (
+            f"{where}; no {scheduler.starter} on PATH: the agents start over ssh, and their "
+            f"tasks escape {scheduler.value}'s accounting (deleting the job does not stop them)"
+        )
+        return Where(hosts, None, note)
+    engine = nodestart.NodeStarterOptions(scheduler, starter, job.job_id, on_note=srun_note)
+    return Where(hosts, engine, f"{where}; agents through {scheduler.starter}")
 
 
 def _through_mpi(hostfile: Path | None, flags: MpiFlags) -> Where:

@@ -139,12 +139,10 @@ def test_the_ssh_wrapper_passes_any_config_path_to_ssh_as_one_word(path: str) ->
     done = subprocess.run(
         ["sh", "-c", shown, "sh", "h1", "orted", "-x"],
         capture_output=True,
-        text=True,
-        errors="surrogateescape",
         timeout=10,
         check=True,
     )
-    words = done.stdout.split("\0")[:-1]
+    words = done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
     assert words[:2] == ["-F", path]
     assert "BatchMode=yes" in words and "ConnectTimeout=7" in words
     assert "StrictHostKeyChecking=accept-new" in words
