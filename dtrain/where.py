@@ -76,7 +76,7 @@ def where_to_run(
         flag = "--mpirun" if mpi.mpirun is not None else "--mpi-arg"
         raise UsageError(f"{flag} is for --launcher mpi", hint="add --launcher mpi, or drop it")
     if launcher == "mpi":
-        return _through_mpi(hostfile, mpi)
+        return _through_mpi(hostfile, mpi, env)
     if launcher == "ssh" and hostfile is None:
         raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
     if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
@@ -116,13 +116,7 @@ def _in_node_file_job(job: nodefile.Job) -> Where:
     """Inside a PBS or LSF job: the hosts and slots of its node file; the agents from pbsdsh
     or blaunch, else over ssh, said in one line (those tasks escape the job's accounting)."""
     scheduler = job.scheduler
-    source = InputFile(
-        Path(job.node_file),
-        f"${scheduler.file_var}",
-        "node file",
-        f"run dtrain inside the {scheduler.value} job that wrote it, or pass -H hosts",
-    )
-    hosts = nodefile.parse_node_file(read_text_input(source), job.node_file)
+    hosts = _node_file_hosts(job)
     from dtrain.transport import nodestart
 
     slots = sum(host.slot_count for host in hosts)
@@ -140,17 +134,44 @@ def _in_node_file_job(job: nodefile.Job) -> Where:
     return Where(hosts, engine, f"{where}; agents through {scheduler.starter}")
 
 
-def _through_mpi(hostfile: Path | None, flags: MpiFlags) -> Where:
-    """`--launcher mpi -H hosts`: the hosts file's hosts, their agents from one mpirun (found
-    and recognised here: a missing or unknown mpirun is one line, nothing started)."""
-    if hostfile is None:
-        raise UsageError("--launcher mpi needs -H hosts", hint="pass -H FILE (see hosts.example)")
-    hosts = read_hosts(hostfile)
+def _node_file_hosts(job: nodefile.Job) -> tuple[Host, ...]:
+    scheduler = job.scheduler
+    source = InputFile(
+        Path(job.node_file),
+        f"${scheduler.file_var}",
+        "node file",
+        f"run dtrain inside the {scheduler.value} job that wrote it, or pass -H hosts",
+    )
+    return nodefile.parse_node_file(read_text_input(source), job.node_file)
+
+
+def _through_mpi(hostfile: Path | None, flags: MpiFlags, env: Mapping[str, str]) -> Where:
+    """`--launcher mpi`: the hosts file's hosts (or, with no -H, those of the Slurm, PBS or
+    LSF job this shell is in: the site's mpirun then starts the agents through the scheduler),
+    their agents from one mpirun (found and recognised here: a missing or unknown mpirun is
+    one line, nothing started)."""
+    note = None
+    if hostfile is not None:
+        hosts = read_hosts(hostfile)
+    elif plan_slurm.in_allocation(env):
+        from dtrain.transport import slurm
+
+        found = slurm.current_allocation(env)
+        hosts, note = found.hosts(), f"inside Slurm job {found.job_id}: {found.summary()}"
+    elif (job := nodefile.current_job(env)) is not None:
+        hosts = _node_file_hosts(job)
+        note = f"inside {job.scheduler.value} job {job.job_id or '?'}: {len(hosts)} host(s)"
+    else:
+        raise UsageError(
+            "--launcher mpi needs -H hosts",
+            hint="pass -H FILE (see hosts.example), or run inside a Slurm, PBS or LSF job",
+        )
     plan_mpi.check_hosts([host for host in hosts if not host.is_local])
     from dtrain.transport import mpi
 
     mpirun = mpi.find_mpirun(flags.mpirun)
-    return Where(hosts, mpi.MpiOptions(mpirun, flags.args, on_note=srun_note))
+    options = mpi.MpiOptions(mpirun, flags.args, hostfile is None, on_note=srun_note)
+    return Where(hosts, options, f"{note}; agents through {mpirun.label}" if note else None)
 
 
 def allocation_from_flags(

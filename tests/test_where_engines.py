@@ -10,7 +10,7 @@ import pytest
 from dtrain.errors import UsageError
 from dtrain.plan.nodefile import Scheduler
 from dtrain.transport.nodestart import NodeStarterOptions
-from dtrain.where import where_to_run
+from dtrain.where import MpiFlags, where_to_run
 from tests.conftest import run_dtrain
 
 
@@ -58,3 +58,17 @@ def test_inside_a_job_its_node_file_gives_hosts_slots_and_the_starter(
     assert where.note == "inside LSF job 77: 2 host(s), 3 slot(s); agents through blaunch"
     with pytest.raises(UsageError, match="--launcher pbs outside a PBS job"):
         where_to_run("pbs", None, env)
+
+
+def test_launcher_mpi_with_no_hosts_file_inside_a_job_takes_the_jobs_hosts(
+    tmp_path: Path,
+) -> None:
+    nodes = tmp_path / "nodes"
+    nodes.write_text("n1\nn1\nn2\n")
+    env = clean_env(PBS_NODEFILE=str(nodes), PBS_JOBID="9.srv")
+    where = where_to_run("mpi", None, env, mpi=MpiFlags("mpirun.openmpi"))
+    assert [(h.name, h.slots) for h in where.hosts] == [("n1", 2), ("n2", 1)]
+    assert where.engine is not None and where.engine.owns_hosts  # the job's hosts: tasks there
+    assert where.note is not None and where.note.startswith("inside PBS job 9.srv: 2 host(s);")
+    with pytest.raises(UsageError, match="--launcher mpi needs -H hosts"):
+        where_to_run("mpi", None, clean_env(), mpi=MpiFlags("mpirun.openmpi"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtrain.errors import DtrainError, UsageError
+from dtrain.errors import ConnectError, DtrainError, UsageError
 from dtrain.plan import mpi
 from dtrain.plan.hosts import Host
 from dtrain.plan.mpi import Mpirun
@@ -100,6 +100,7 @@ class MpiOptions:
 
     mpirun: Mpirun
     mpi_args: tuple[str, ...] = ()
+    from_allocation: bool = False  # the hosts are a scheduler's job's, not a hosts file's
     on_note: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -108,7 +109,7 @@ class MpiOptions:
 
     @property
     def owns_hosts(self) -> bool:
-        return False  # the hosts file chose them, as over ssh
+        return self.from_allocation  # else the hosts file chose them, as over ssh
 
     def make_engine(self, pythons: Sequence[str], ssh: SshOptions) -> Engine:
         return MpiEngine(self, pythons, ssh)
@@ -205,7 +206,16 @@ class MpiEngine(ConnectBackEngine):
         )
 
     def listen_address(self, nodes: Sequence[str]) -> str:
-        return address_towards(nodes, self.ssh.config_file)
+        """Towards the hosts as ssh reaches them; a Slurm allocation's nodes, as the
+        controller knows them (their names may resolve only there)."""
+        try:
+            return address_towards(nodes, self.ssh.config_file)
+        except ConnectError:
+            if not self.options.from_allocation or shutil.which("scontrol") is None:
+                raise
+        from dtrain.transport import slurm
+
+        return slurm.listen_address(nodes)
 
     def label(self) -> str:
         return self.options.mpirun.label
