@@ -37,7 +37,6 @@ from dtrain.flags import (
     launcher_option,
     log_dir_option,
     make_ssh_options,
-    mpi_options,
     remote_python_option,
     setup_options,
     ssh_options,
@@ -157,7 +156,6 @@ ROLE_ENV_FLAGS = {
 )
 @hosts_option
 @launcher_option
-@mpi_options
 @allocation_options
 @click.option(
     "--framework",
@@ -288,8 +286,7 @@ class LaunchFlags:
     num_servers: int | None
     hostfile: Path | None
     launcher: str
-    mpirun: str | None
-    mpi_args: tuple[str, ...]
+    mpi: MpiFlags
     nodes: int | None
     partition: str | None
     time_limit: str | None
@@ -343,9 +340,8 @@ def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOpt
         flags.gpus_per_node,
         flags.srun_args,
     )
-    mpi = MpiFlags(flags.mpirun, flags.mpi_args)
     where = where_to_run(
-        flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True, mpi=mpi
+        flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True, mpi=flags.mpi
     )
     role_env = {
         role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
@@ -482,7 +478,6 @@ def finish_sweep(
 @cli.command("ps", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
-@mpi_options
 @job_option
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
@@ -492,8 +487,7 @@ def finish_sweep(
 def ps_command(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     job: str | None,
     log_dir: str,
     remote_python: str,
@@ -528,7 +522,7 @@ def ps_command(
     from dtrain.render import processes as shown
 
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     found = sweep.scan(
         where.hosts,
         ssh,
@@ -549,7 +543,6 @@ def ps_command(
 @cli.command("kill", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
-@mpi_options
 @job_option
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
 @click.option(
@@ -566,8 +559,7 @@ def ps_command(
 def kill_command(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     job: str | None,
     dry_run: bool,
     grace: float,
@@ -595,7 +587,7 @@ def kill_command(
     from dtrain.render import processes as shown
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     kills = list(
         sweep.kill(
             where.hosts,
@@ -615,7 +607,6 @@ def kill_command(
 @cli.command("stacks", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
-@mpi_options
 @job_option
 @click.option("--native", is_flag=True, help="Also the C/C++ frames (ps-lite, gloo, NCCL).")
 @click.option(
@@ -634,8 +625,7 @@ def kill_command(
 def stacks_command(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     job: str | None,
     native: bool,
     per_process_s: float,
@@ -666,7 +656,7 @@ def stacks_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     report = stacks.take(
         where.hosts,
         ssh,
@@ -706,7 +696,6 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @hosts_option
 @launcher_option
-@mpi_options
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
 @workdir_option
 @click.option("--sync-dst-dir", help="Where launch --sync-dst-dir would copy the workdir to.")
@@ -721,8 +710,7 @@ def kill_command_for(hostfile: Path | None, ssh_config: Path | None) -> str:
 def doctor(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     port: int | None,
     workdir: Path | None,
     sync_dst_dir: str | None,
@@ -754,7 +742,7 @@ def doctor(
     from dtrain.doctor import gather
     from dtrain.render import doctor as shown
 
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     request = gather.DoctorRequest(
         hosts=where.hosts,
         command=command,
