@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import slurm, stacks, stats
+from bench import mpi, slurm, stacks, stats
 from bench.launchers import BEFORE, LABELS
 
 Record = dict[str, Any]
@@ -269,6 +269,11 @@ def write(folder: Path, doc: Path) -> None:
         sections.append(
             ["## Slurm against plain srun", "", slurm.report(slurm_records, shape, cap)]
         )
+    mpi_records = [r for r in records if r.get("scenario") == "mpi"]
+    if mpi_records:
+        shape = (mpi_records[0]["hosts"], mpi_records[0]["per_host"])
+        cap = meta["settings"]["mpi_cap_s"]
+        sections.append(["## MPI against plain mpirun", "", mpi.report(mpi_records, shape, cap)])
     rows = [r for r in records if r.get("scenario") == "stacks"]
     if rows:
         table = stacks.table(rows, rows[0]["reps"])

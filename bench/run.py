@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # tests.cluster.netcluster lives in the repo, not the package
 
-from bench import launchers, report, scenarios, slurm, stacks  # noqa: E402
+from bench import launchers, mpi, report, scenarios, slurm, stacks  # noqa: E402
 from bench.launchers import BEFORE  # noqa: E402
 
 LOCK_BREATHER_S = 1.0  # between cluster sessions: lets a waiting user of the lock in
@@ -53,6 +53,9 @@ class Settings:
     slurm: Shape = (4, 4)
     slurm_reps: int = 3
     slurm_cap_s: float = 10.0
+    mpi: Shape = (4, 2)
+    mpi_reps: int = 3
+    mpi_cap_s: float = 20.0
     stacks: tuple[tuple[int, int], ...] = ((1, 8), (8, 32))  # (hosts, tasks)
     stacks_reps: int = 2
 
@@ -72,6 +75,8 @@ QUICK = Settings(
     log_mb_per_host=8.0,
     slurm=(2, 2),
     slurm_reps=1,
+    mpi=(2, 1),
+    mpi_reps=1,
     stacks=((1, 1),),
     stacks_reps=1,
 )
@@ -183,6 +188,13 @@ def phase_slurm(settings: Settings, results: Results) -> None:
         results.add({"scenario": "slurm", "hosts": nodes, "per_host": per_host, **record})
 
 
+def phase_mpi(settings: Settings, results: Results) -> None:
+    """dtrain --launcher mpi against plain mpirun (bench/mpi.py builds its own cluster)."""
+    hosts, per_host = settings.mpi
+    for record in mpi.measure(hosts, per_host, settings.mpi_reps, settings.mpi_cap_s):
+        results.add({"scenario": "mpi", "hosts": hosts, "per_host": per_host, **record})
+
+
 def phase_stacks(settings: Settings, results: Results, scratch: Path) -> None:
     """`dtrain stacks` against py-spy by hand over ssh (bench/stacks.py)."""
     with cluster_session(max(h for h, _ in settings.stacks), scratch, None) as (cluster, _):
@@ -206,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
     parser.add_argument("--before", type=Path, help="another dtrain tree, run as 'dtrain (before)'")
-    every = [*PHASES, "slurm", "stacks"]
+    every = [*PHASES, "slurm", "mpi", "stacks"]
     parser.add_argument("--phases", default=",".join(every), help=f"of {','.join(every)}")
     parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
     parser.add_argument("--report", type=Path, metavar="RESULTS_DIR", help="only rewrite the doc")
@@ -236,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         PHASES[name](ctx, settings, results)
         if "slurm" in wanted:
             phase_slurm(settings, results)
+        if "mpi" in wanted:
+            phase_mpi(settings, results)
         if "stacks" in wanted:
             phase_stacks(settings, results, scratch)
     finally:

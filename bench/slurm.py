@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +70,31 @@ def _one(
     cap_s: float,
 ) -> dict[str, Any]:
     nodes, per_host = shape
+    logs = scratch / "dtrain-logs"
+    return time_one(
+        lambda task: _commands(launcher, nodes, per_host, task, logs),
+        launcher,
+        mode,
+        env,
+        nodes * per_host,
+        scratch,
+        cap_s,
+    )
+
+
+def time_one(
+    argv_for: Callable[[tuple[str, ...]], list[str]],
+    launcher: str,
+    mode: str,
+    env: dict[str, str],
+    tasks: int,
+    scratch: Path,
+    cap_s: float,
+) -> dict[str, Any]:
+    """One run of `argv_for(task)` (the task: bench/task.py in `mode`): its wall time, when
+    its last task started, and after a failure the teardown and the tasks alive at its exit."""
     stamps = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=scratch))
-    task = task_argv(stamps, mode, nodes * per_host, LIFE_S)
-    argv = _commands(launcher, nodes, per_host, task, scratch / "dtrain-logs")
+    argv = argv_for(task_argv(stamps, mode, tasks, LIFE_S))
     began = time.time()
     popen = subprocess.Popen(
         argv,
@@ -95,7 +117,7 @@ def _one(
         "exit": code,
         "wall_s": ended - began,
         "started": len(starts),
-        "launch_s": (max(starts) - began) if len(starts) == nodes * per_host else None,
+        "launch_s": (max(starts) - began) if len(starts) == tasks else None,
     }
     if mode == "fail":
         failed = stamps / "failed"
@@ -134,13 +156,13 @@ def measure(nodes: int, per_host: int, repeats: int, cap_s: float) -> list[dict[
     return records
 
 
-def _median(records: Sequence[dict[str, Any]], key: str, **want: str) -> float | None:
+def median_of(records: Sequence[dict[str, Any]], key: str, **want: str) -> float | None:
     chosen = [r[key] for r in records if all(r[k] == v for k, v in want.items())]
     values = [v for v in chosen if v is not None]
     return statistics.median(values) if len(values) == len(chosen) and values else None
 
 
-def _secs(value: float | None) -> str:
+def secs(value: float | None) -> str:
     return "never" if value is None else f"{value:.2f} s"
 
 
@@ -154,10 +176,10 @@ def report(records: Sequence[dict[str, Any]], shape: tuple[int, int], cap_s: flo
         "|---|---|---|---|",
     ]
     for key, name in (("launch_s", "last task started"), ("wall_s", "whole command")):
-        ours = _median(records, key, launcher="dtrain", mode="stamp")
-        theirs = _median(records, key, launcher="srun", mode="stamp")
+        ours = median_of(records, key, launcher="dtrain", mode="stamp")
+        theirs = median_of(records, key, launcher="srun", mode="stamp")
         ratio = f"x{ours / theirs:.2f}" if ours and theirs else "-"
-        lines.append(f"| {name} | {_secs(ours)} | {_secs(theirs)} | {ratio} |")
+        lines.append(f"| {name} | {secs(ours)} | {secs(theirs)} | {ratio} |")
     lines += [
         "",
         "Teardown after one task exits 7 (the others sleep):",
@@ -168,10 +190,10 @@ def report(records: Sequence[dict[str, Any]], shape: tuple[int, int], cap_s: flo
     for launcher in ("dtrain", "srun -K", "srun"):
         mine = [r for r in records if r["launcher"] == launcher and r["mode"] == "fail"]
         codes = sorted({str(r["exit"]) if r["exit"] is not None else "-" for r in mine})
-        teardown = _median(mine, "teardown_s")
+        teardown = median_of(mine, "teardown_s")
         if any(r["exit"] is None for r in mine):
             teardown = None
         alive = max((r["alive_at_exit"] for r in mine), default=0)
-        shown = _secs(teardown) if teardown is not None else f"never (still running at {cap_s:g} s)"
+        shown = secs(teardown) if teardown is not None else f"never (still running at {cap_s:g} s)"
         lines.append(f"| {launcher} | {', '.join(codes)} | {shown} | {alive} |")
     return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -38,7 +38,6 @@ from dtrain.flags import (
     launcher_option,
     log_dir_option,
     make_ssh_options,
-    mpi_options,
     remote_python_option,
     restart_options,
     restart_policy,
@@ -47,15 +46,17 @@ from dtrain.flags import (
     workdir_option,
 )
 from dtrain.inputfiles import read_setup
-from dtrain.launch import DEFAULT_EXCLUDES, joblog
-from dtrain.launch.lifecycle import Launch, LaunchOptions, dry_run_facts, with_slurm_hosts
+from dtrain.launch import joblog
+from dtrain.launch.lifecycle import Launch, dry_run_facts, with_slurm_hosts
+from dtrain.launchflags import LaunchFlags, config_from_flags
 from dtrain.plan import planner
-from dtrain.plan.hosts import Host, local_host, require_named
-from dtrain.plan.spec import Framework, JobPlan, Role
+from dtrain.plan.hosts import Host, require_named
+from dtrain.plan.mpi import MpiFlags
+from dtrain.plan.spec import JobPlan
 from dtrain.render.console import TerminalConsole
-from dtrain.transport.machine import local_hostname, usable_cores
+from dtrain.transport.machine import local_hostname
 from dtrain.transport.options import SshOptions
-from dtrain.where import MpiFlags, allocation_from_flags, where_to_run
+from dtrain.where import where_to_run
 
 if TYPE_CHECKING:
     from dtrain.processes import results
@@ -143,13 +144,6 @@ def configure_logging(debug: bool) -> None:
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)
 
 
-ROLE_ENV_FLAGS = {
-    Role.SCHEDULER: "--env-scheduler",
-    Role.SERVER: "--env-server",
-    Role.WORKER: "--env-worker",
-}
-
-
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @click.option("-n", "--num-workers", type=int, help="Workers (collective jobs: world size).")
 @click.option(
@@ -160,7 +154,6 @@ ROLE_ENV_FLAGS = {
 )
 @hosts_option
 @launcher_option
-@mpi_options
 @allocation_options
 @click.option(
     "--framework",
@@ -290,135 +283,6 @@ def launch(**given: Any) -> None:
     raise SystemExit(result.exit_code)
 
 
-@dataclass(frozen=True)
-class LaunchFlags:
-    """`dtrain launch`'s flags as click parsed them (one field per option)."""
-
-    num_workers: int | None
-    num_servers: int | None
-    hostfile: Path | None
-    launcher: str
-    mpirun: str | None
-    mpi_args: tuple[str, ...]
-    nodes: int | None
-    partition: str | None
-    time_limit: str | None
-    account: str | None
-    gpus_per_node: str | None
-    srun_args: Sequence[str]
-    framework: str
-    scheduler_host: str | None
-    host_ip: str | None
-    interface: str | None
-    port: int | None
-    env_all: Sequence[str]
-    env_scheduler: Sequence[str]
-    env_server: Sequence[str]
-    env_worker: Sequence[str]
-    allow_env_override: bool
-    workdir: Path | None
-    log_dir: str
-    grace: float
-    timeout: float | None
-    traceback_timeout: float
-    no_stacks: bool
-    heartbeat_timeout: float | None
-    chief: bool
-    ps_gpus: bool
-    nproc_per_host: int | None
-    gpus: str | None
-    sync_dst_dir: str | None
-    sync_exclude: Sequence[str]
-    setup: Sequence[str]
-    setup_file: Path | None
-    setup_timeout: float
-    remote_python: str
-    ssh_config: Path | None
-    accept_new_host_keys: bool
-    connect_timeout: float | None
-    dry_run: bool
-    no_preflight: bool
-    as_json: bool
-    command: tuple[str, ...]
-
-
-def config_from_flags(flags: LaunchFlags) -> tuple[planner.JobRequest, LaunchOptions]:
-    """The flags as what to run (the request planning reads) and how (the launch options)."""
-    shell_env = dict(os.environ)
-    allocation = allocation_from_flags(
-        flags.nodes,
-        flags.partition,
-        flags.time_limit,
-        flags.account,
-        flags.gpus_per_node,
-        flags.srun_args,
-    )
-    mpi = MpiFlags(flags.mpirun, flags.mpi_args)
-    where = where_to_run(
-        flags.launcher, flags.hostfile, shell_env, allocation, can_allocate=True, mpi=mpi
-    )
-    role_env = {
-        role: planner.parse_env_assignments(items, shell_env, ROLE_ENV_FLAGS[role])
-        for role, items in (
-            (Role.SCHEDULER, flags.env_scheduler),
-            (Role.SERVER, flags.env_server),
-            (Role.WORKER, flags.env_worker),
-        )
-        if items
-    }
-    request = planner.JobRequest(
-        command=flags.command,
-        local_host=local_host(local_hostname()),
-        framework=Framework.parse(flags.framework),
-        num_workers=flags.num_workers,
-        num_servers=flags.num_servers,
-        hosts=where.hosts,
-        scheduler_host=flags.scheduler_host,
-        host_ip=flags.host_ip,
-        interface=flags.interface,
-        port=flags.port,
-        env=planner.parse_env_assignments(flags.env_all, shell_env, "--env"),
-        role_env=role_env,
-        allow_env_override=flags.allow_env_override,
-        shell_env=shell_env,
-        workdir=str((flags.workdir or Path.cwd()).absolute()),
-        sync_dst=flags.sync_dst_dir,
-        chief=flags.chief,
-        nproc_per_host=flags.nproc_per_host,
-        gpus=tuple(g.strip() for g in flags.gpus.split(",")) if flags.gpus is not None else (),
-        ps_gpus=flags.ps_gpus,
-        local_cores=usable_cores(),
-    )
-    options = LaunchOptions(
-        # a dry run writes no logs, so it does not judge --log-dir
-        log_root=Path(flags.log_dir) if flags.dry_run else joblog.check_root(flags.log_dir),
-        grace_s=flags.grace,
-        timeout_s=flags.timeout,
-        lease_s=flags.heartbeat_timeout,
-        traceback_timeout_s=flags.traceback_timeout,
-        ssh=make_ssh_options(
-            flags.ssh_config,
-            flags.accept_new_host_keys,
-            flags.connect_timeout,
-            read_setup(flags.setup, flags.setup_file),
-            flags.setup_timeout,
-        ),
-        remote_python=flags.remote_python,
-        sync_excludes=(*DEFAULT_EXCLUDES, *flags.sync_exclude),
-        preflight=not flags.no_preflight,
-        kill_command=kill_command_for(flags.hostfile, flags.ssh_config),
-        engine=where.engine,
-        take_stacks=not flags.no_stacks,
-    )
-    if where.hosts and (
-        (where.engine is not None and where.engine.owns_hosts) or options.ssh.container is not None
-    ):
-        request = with_slurm_hosts(request, where.hosts)  # the scheduler on the first host
-    if where.note is not None and not flags.dry_run:
-        click.echo(f"dtrain: {where.note}", err=True)
-    return request, options
-
-
 def print_dry_run(
     request: planner.JobRequest,
     job_id: str,
@@ -494,7 +358,6 @@ def finish_sweep(
 @cli.command("ps", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
-@mpi_options
 @job_option
 @log_dir_option("Also list the jobs under LOG_DIR whose launcher died (job.json says running).")
 @remote_python_option
@@ -505,8 +368,7 @@ def finish_sweep(
 def ps_command(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     job: str | None,
     log_dir: str,
     remote_python: str,
@@ -541,7 +403,7 @@ def ps_command(
     from dtrain.render import processes as shown
 
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     found = sweep.scan(
         where.hosts,
         ssh,
@@ -564,7 +426,6 @@ def ps_command(
 @cli.command("kill", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
-@mpi_options
 @job_option
 @log_dir_option("A job launched from here with --max-restarts, under LOG_DIR, ends for good.")
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped.")
@@ -583,8 +444,7 @@ def ps_command(
 def kill_command(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     job: str | None,
     log_dir: str,
     dry_run: bool,
@@ -615,7 +475,7 @@ def kill_command(
     from dtrain.render import processes as shown
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     if not dry_run:
         for stopped, pid in joblog.stop_launchers(
             joblog.check_root(log_dir), local_hostname(), job
@@ -640,7 +500,6 @@ def kill_command(
 @cli.command("stacks", context_settings=CONTEXT)
 @hosts_option
 @launcher_option
-@mpi_options
 @job_option
 @click.option("--native", is_flag=True, help="Also the C/C++ frames (ps-lite, gloo, NCCL).")
 @click.option(
@@ -660,8 +519,7 @@ def kill_command(
 def stacks_command(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     job: str | None,
     native: bool,
     per_process_s: float,
@@ -692,7 +550,7 @@ def stacks_command(
 
     ssh = make_ssh_options(ssh_config, accept_new_host_keys, connect_timeout)
     root = joblog.check_root(log_dir)
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     report = stacks.take(
         where.hosts,
         ssh,
@@ -722,7 +580,6 @@ def stacks_command(
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @hosts_option
 @launcher_option
-@mpi_options
 @click.option("--port", type=click.IntRange(1, 65535), help="The scheduler port launch will use.")
 @click.option(
     "--scheduler-host",
@@ -743,8 +600,7 @@ def stacks_command(
 def doctor(
     hostfile: Path | None,
     launcher: str,
-    mpirun: str | None,
-    mpi_args: tuple[str, ...],
+    mpi: MpiFlags,
     port: int | None,
     scheduler_host: str | None,
     workdir: Path | None,
@@ -778,7 +634,7 @@ def doctor(
     from dtrain.doctor import gather
     from dtrain.render import doctor as shown
 
-    where = where_to_run(launcher, hostfile, os.environ, mpi=MpiFlags(mpirun, mpi_args))
+    where = where_to_run(launcher, hostfile, os.environ, mpi=mpi)
     if scheduler_host is not None:
         require_named(where.hosts, scheduler_host, "--scheduler-host")
     request = gather.DoctorRequest(

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
 from dtrain import containers
 from dtrain.inputfiles import InputFile, check_input
 from dtrain.launch.restarts import RestartPolicy, parse_codes
+from dtrain.plan.mpi import MpiFlags
 from dtrain.transport.options import DEFAULT_SETUP_TIMEOUT_S, SshOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,25 +114,24 @@ def setup_options(func: F) -> F:
     return func
 
 
-LAUNCHERS = ("auto", "local", "ssh", "slurm", "mpi", "sge")
+LAUNCHERS = ("auto", "local", "ssh", "slurm", "mpi", "sge", "pbs", "lsf")
 
 
 def launcher_option(func: F) -> F:
-    return click.option(
-        "--launcher",
-        type=click.Choice(LAUNCHERS),
-        default="auto",
-        show_default=True,
-        help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
-        "(salloc, sbatch) its nodes through Slurm; inside a Grid Engine PE job (qsub -pe) "
-        "its hosts through qrsh -inherit; else this machine only. mpi: one mpirun "
-        "(Open MPI or MPICH) starts them on the -H hosts.",
-    )(func)
-
-
-def mpi_options(func: F) -> F:
-    """`--launcher mpi`'s own flags: which mpirun, and the site's options for it."""
+    """`--launcher`, and `--launcher mpi`'s own flags, which reach the command as one
+    `mpi: MpiFlags` argument."""
     options = [
+        click.option(
+            "--launcher",
+            type=click.Choice(LAUNCHERS),
+            default="auto",
+            show_default=True,
+            help="How the hosts' agents start. auto: ssh with -H; inside a Slurm allocation "
+            "(salloc, sbatch) its nodes through Slurm; inside a Grid Engine PE job (qsub -pe) "
+            "its hosts through qrsh -inherit; inside a PBS or LSF job its node file's hosts "
+            "through pbsdsh or blaunch (else ssh); else this machine only. mpi: one mpirun "
+            "(Open MPI or MPICH) starts them on the -H hosts.",
+        ),
         click.option(
             "--mpirun",
             metavar="PATH",
@@ -142,13 +143,18 @@ def mpi_options(func: F) -> F:
             "mpi_args",
             multiple=True,
             metavar="ARG",
-            help="mpi: pass ARG to mpirun, e.g. --mpi-arg=--mca=btl_tcp_if_include=eth0 "
-            "(repeatable).",
+            help="mpi: pass ARG to mpirun, e.g. --mpi-arg=--mca --mpi-arg=btl_tcp_if_include "
+            "--mpi-arg=eth0 (repeatable).",
         ),
     ]
+
+    @functools.wraps(func)
+    def command(*args: Any, mpirun: str | None, mpi_args: tuple[str, ...], **kwargs: Any) -> Any:
+        return func(*args, mpi=MpiFlags(mpirun, mpi_args), **kwargs)
+
     for decorator in reversed(options):
-        func = decorator(func)
-    return func
+        command = decorator(command)
+    return cast(F, command)
 
 
 def allocation_options(func: F) -> F:

@@ -11,11 +11,13 @@ import click
 
 from dtrain.errors import UsageError
 from dtrain.flags import container_from_flags
-from dtrain.inputfiles import read_hosts
+from dtrain.inputfiles import InputFile, read_hosts, read_text_input
 from dtrain.plan import mpi as plan_mpi
+from dtrain.plan import nodefile
 from dtrain.plan import sge as plan_sge
 from dtrain.plan import slurm as plan_slurm
 from dtrain.plan.hosts import Host
+from dtrain.plan.mpi import NO_MPI, MpiFlags
 from dtrain.transport.engine import EngineOptions
 from dtrain.transport.options import SlurmOptions
 
@@ -35,14 +37,6 @@ class Where:
         return self.engine if isinstance(self.engine, SlurmOptions) else None
 
 
-@dataclass(frozen=True)
-class MpiFlags:
-    """`--mpirun PATH` and `--mpi-arg ARG`: for `--launcher mpi` only."""
-
-    mpirun: str | None = None
-    args: tuple[str, ...] = ()
-
-
 def srun_note(line: str) -> None:
     """That srun waits (its own lines, or dtrain's word when it is silent), on stderr as it
     happens, not only in the error once the agents' wait ends: stdout stays the result."""
@@ -55,7 +49,7 @@ def where_to_run(
     env: Mapping[str, str],
     allocation: SlurmOptions | None = None,
     can_allocate: bool = False,
-    mpi: MpiFlags = MpiFlags(),
+    mpi: MpiFlags = NO_MPI,
 ) -> Where:
     """-H, --launcher and the Slurm allocation this shell may be in, as hosts and an engine.
 
@@ -99,11 +93,11 @@ def _where_to_run(
             "-H and --launcher sge: the Grid Engine job's PE_HOSTFILE names the hosts",
             hint="drop -H to run on the job's hosts, or pass --launcher ssh",
         )
-    if launcher != "mpi" and mpi != MpiFlags():
+    if launcher != "mpi" and mpi != NO_MPI:
         flag = "--mpirun" if mpi.mpirun is not None else "--mpi-arg"
         raise UsageError(f"{flag} is for --launcher mpi", hint="add --launcher mpi, or drop it")
     if launcher == "mpi":
-        return _through_mpi(hostfile, mpi)
+        return _through_mpi(hostfile, mpi, env)
     if launcher == "ssh" and hostfile is None:
         raise UsageError("--launcher ssh needs -H hosts", hint="pass -H FILE (see hosts.example)")
     if launcher == "local" or (launcher == "auto" and hostfile is not None) or launcher == "ssh":
@@ -114,6 +108,17 @@ def _where_to_run(
         launcher == "auto" and plan_sge.in_job(env) and not plan_slurm.in_allocation(env)
     ):
         return sge_job(env, required=launcher == "sge")
+    if launcher in ("pbs", "lsf") or (launcher == "auto" and not plan_slurm.in_allocation(env)):
+        job = nodefile.current_job(env)
+        if job is not None and launcher in ("auto", job.scheduler.name.lower()):
+            return _in_node_file_job(job)
+        if launcher != "auto":
+            raise UsageError(
+                f"--launcher {launcher} outside a {launcher.upper()} job "
+                f"(no ${nodefile.Scheduler[launcher.upper()].file_var})",
+                hint="run dtrain inside the job (its batch script, or an interactive job), "
+                "or pass -H hosts",
+            )
     if not plan_slurm.in_allocation(env):
         if launcher == "slurm":
             inside = "run dtrain inside the allocation (salloc, sbatch, srun --pty bash)"
@@ -132,17 +137,66 @@ def _where_to_run(
     return Where(found.hosts(), SlurmOptions(on_note=srun_note), note)
 
 
-def _through_mpi(hostfile: Path | None, flags: MpiFlags) -> Where:
-    """`--launcher mpi -H hosts`: the hosts file's hosts, their agents from one mpirun (found
-    and recognised here: a missing or unknown mpirun is one line, nothing started)."""
-    if hostfile is None:
-        raise UsageError("--launcher mpi needs -H hosts", hint="pass -H FILE (see hosts.example)")
-    hosts = read_hosts(hostfile)
+def _in_node_file_job(job: nodefile.Job) -> Where:
+    """Inside a PBS or LSF job: the hosts and slots of its node file; the agents from pbsdsh
+    or blaunch, else over ssh, said in one line (those tasks escape the job's accounting)."""
+    scheduler = job.scheduler
+    hosts = _node_file_hosts(job)
+    from dtrain.transport import nodestart
+
+    slots = sum(host.slot_count for host in hosts)
+    where = (
+        f"inside {scheduler.value} job {job.job_id or '?'}: {len(hosts)} host(s), {slots} slot(s)"
+    )
+    starter = nodestart.starter_path(scheduler)
+    if starter is None:
+        note = (
+            f"{where}; no {scheduler.starter} on PATH: the agents start over ssh, and their "
+            f"tasks escape {scheduler.value}'s accounting (deleting the job does not stop them)"
+        )
+        return Where(hosts, None, note)
+    engine = nodestart.NodeStarterOptions(scheduler, starter, job.job_id, on_note=srun_note)
+    return Where(hosts, engine, f"{where}; agents through {scheduler.starter}")
+
+
+def _node_file_hosts(job: nodefile.Job) -> tuple[Host, ...]:
+    scheduler = job.scheduler
+    source = InputFile(
+        Path(job.node_file),
+        f"${scheduler.file_var}",
+        "node file",
+        f"run dtrain inside the {scheduler.value} job that wrote it, or pass -H hosts",
+    )
+    return nodefile.parse_node_file(read_text_input(source), job.node_file)
+
+
+def _through_mpi(hostfile: Path | None, flags: MpiFlags, env: Mapping[str, str]) -> Where:
+    """`--launcher mpi`: the hosts file's hosts (or, with no -H, those of the Slurm, PBS or
+    LSF job this shell is in: the site's mpirun then starts the agents through the scheduler),
+    their agents from one mpirun (found and recognised here: a missing or unknown mpirun is
+    one line, nothing started)."""
+    note = None
+    if hostfile is not None:
+        hosts = read_hosts(hostfile)
+    elif plan_slurm.in_allocation(env):
+        from dtrain.transport import slurm
+
+        found = slurm.current_allocation(env)
+        hosts, note = found.hosts(), f"inside Slurm job {found.job_id}: {found.summary()}"
+    elif (job := nodefile.current_job(env)) is not None:
+        hosts = _node_file_hosts(job)
+        note = f"inside {job.scheduler.value} job {job.job_id or '?'}: {len(hosts)} host(s)"
+    else:
+        raise UsageError(
+            "--launcher mpi needs -H hosts",
+            hint="pass -H FILE (see hosts.example), or run inside a Slurm, PBS or LSF job",
+        )
     plan_mpi.check_hosts([host for host in hosts if not host.is_local])
     from dtrain.transport import mpi
 
     mpirun = mpi.find_mpirun(flags.mpirun)
-    return Where(hosts, mpi.MpiOptions(mpirun, flags.args, on_note=srun_note))
+    options = mpi.MpiOptions(mpirun, flags.args, hostfile is None, on_note=srun_note)
+    return Where(hosts, options, f"{note}; agents through {mpirun.label}" if note else None)
 
 
 def sge_job(env: Mapping[str, str], required: bool) -> Where:

@@ -285,7 +285,7 @@ def test_a_reader_that_goes_away_early_gets_no_traceback(tmp_path: Path) -> None
         ["launch", "--json", "-n", "many", "--", "true"],
         ["ps", "--json", "--connect-timeout", "nan"],
         ["kill", "--no-such-flag", "--json"],
-        ["doctor", "--json", "--launcher", "mpi"],
+        ["doctor", "--json", "--launcher", "yarn"],
     ],
 )
 def test_option_parser_errors_under_json_are_one_json_document(

@@ -35,6 +35,7 @@ LAYERS = {
     "render": 6,
     "flags": 7,  # the command line's shared flags, and where a command runs: cli's own parts
     "where": 7,
+    "launchflags": 7,
     "cli": 7,
     "__main__": 8,
 }

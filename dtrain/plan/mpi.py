@@ -17,6 +17,17 @@ from dtrain.errors import UsageError
 from dtrain.plan.hosts import Host
 
 
+@dataclass(frozen=True)
+class MpiFlags:
+    """`--mpirun PATH` and `--mpi-arg ARG`: for `--launcher mpi` only."""
+
+    mpirun: str | None = None
+    args: tuple[str, ...] = ()
+
+
+NO_MPI = MpiFlags()  # neither flag given
+
+
 class Flavor(enum.Enum):
     OPEN_MPI = "Open MPI"
     MPICH = "MPICH"
@@ -51,9 +62,19 @@ def flavor_of(path: str, version_text: str) -> Mpirun | None:
 
 
 def check_hosts(hosts: Sequence[Host]) -> None:
-    """mpirun takes host names only: a user or a port in the hosts file is refused here,
-    before anything starts (the ssh config can say them)."""
+    """mpirun takes host names only, each once: a user or a port in the hosts file (the ssh
+    config can say them), or a host listed twice, is refused here, before anything starts."""
+    seen: dict[str, Host] = {}
     for host in hosts:
+        if host.name in seen:  # rank i is the i-th host: each once
+            first = seen[host.name].origin
+            where = f"{host.origin.path}:{host.origin.line}: " if host.origin else ""
+            raise UsageError(
+                f'{where}"{host.name}" is listed twice'
+                + (f" (first on line {first.line})" if first else ""),
+                hint="list each host once, with slots=N for more tasks on it",
+            )
+        seen[host.name] = host
         if host.user is not None or host.port is not None:
             where = f"{host.origin.path}:{host.origin.line}: " if host.origin else ""
             written = f"{host.user}@{host.name}" if host.user else host.name

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -25,7 +24,6 @@ from dtrain.errors import ConnectError, DtrainError, UsageError
 from dtrain.plan import mpi
 from dtrain.plan.hosts import Host
 from dtrain.plan.mpi import Mpirun
-from dtrain.transport import sshconfig
 from dtrain.transport.bootstrap import AGENT_PYTHONS
 from dtrain.transport.connectback import (
     CONNECT_VAR,
@@ -37,8 +35,8 @@ from dtrain.transport.connectback import (
     agent_command,
 )
 from dtrain.transport.engine import Engine
-from dtrain.transport.machine import route_address
 from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
+from dtrain.transport.routes import address_towards
 
 VERSION_TIMEOUT_S = 10.0
 # ssh's own connect bound plus the agents' start; MPICH's hydra waits forever on an ssh that
@@ -102,6 +100,7 @@ class MpiOptions:
 
     mpirun: Mpirun
     mpi_args: tuple[str, ...] = ()
+    from_allocation: bool = False  # the hosts are a scheduler's job's, not a hosts file's
     on_note: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -110,7 +109,7 @@ class MpiOptions:
 
     @property
     def owns_hosts(self) -> bool:
-        return False  # the hosts file chose them, as over ssh
+        return self.from_allocation  # else the hosts file chose them, as over ssh
 
     def make_engine(self, pythons: Sequence[str], ssh: SshOptions) -> Engine:
         return MpiEngine(self, pythons, ssh)
@@ -207,26 +206,16 @@ class MpiEngine(ConnectBackEngine):
         )
 
     def listen_address(self, nodes: Sequence[str]) -> str:
-        """This machine's address on the route to the hosts, by the address ssh reaches them
-        at (`ssh -G`: the hosts file may name ssh aliases)."""
-        chosen = list(nodes[:8])
-        answers = sshconfig.resolve_all(
-            sshconfig.openssh_client(), [(n, None, None) for n in chosen], self.ssh.config_file
-        )
-        unresolved: list[str] = []
-        for node, settings in zip(chosen, answers, strict=True):
-            target = sshconfig.one(settings, "hostname", node)
-            try:
-                target = str(socket.getaddrinfo(target, None, socket.AF_INET)[0][4][0])
-            except OSError as exc:
-                unresolved.append(f"{node} ({target}: {exc.strerror or exc})")
-                continue
-            if (address := route_address(target)) is not None:
-                return address
-        raise ConnectError(
-            f"no route from this machine to the hosts: {'; '.join(unresolved[:3]) or nodes[0]}",
-            hint="check the hosts file and the ssh config's HostName for them",
-        )
+        """Towards the hosts as ssh reaches them; a Slurm allocation's nodes, as the
+        controller knows them (their names may resolve only there)."""
+        try:
+            return address_towards(nodes, self.ssh.config_file)
+        except ConnectError:
+            if not self.options.from_allocation or shutil.which("scontrol") is None:
+                raise
+        from dtrain.transport import slurm
+
+        return slurm.listen_address(nodes)
 
     def label(self) -> str:
         return self.options.mpirun.label

@@ -20,10 +20,20 @@ import pytest
 
 from dtrain.remote import procs
 from tests.cluster.netcluster import BRIDGE_ADDRESS, SUBNET, Cluster, ClusterError
+from tests.cluster.slurmcluster import SlurmCluster
 from tests.cluster.test_launch_slurm import running_tasks
 from tests.cluster.test_launch_ssh import assert_nothing_left, cluster_tasks
 from tests.cluster.test_slurmcluster import wait_for
-from tests.conftest import PYTHON, ROOT, job_document, latest_job, program, run_dtrain, wait_gone
+from tests.conftest import (
+    PYTHON,
+    ROOT,
+    dtrain_argv,
+    job_document,
+    latest_job,
+    program,
+    run_dtrain,
+    wait_gone,
+)
 
 BY_TASK = program("by_task.py")
 PRINT_ENV = program("print_env.py")
@@ -358,3 +368,25 @@ def test_a_partitioned_host_is_lost_and_mpirun_that_hangs_on_it_is_stopped(
     assert cluster_tasks(cluster) == []
     cluster.heal("h3")
     assert_hosts_empty(cluster, within_s=60)
+
+
+def test_inside_a_slurm_allocation_mpirun_starts_the_agents_through_slurm_without_ssh(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Open MPI's own Slurm support (srun) starts its daemons: no ssh between nodes."""
+    slurm_cluster.block_ssh_all()
+    subnet = ["--mca", "oob_tcp_if_include", SUBNET]
+    launch = ["launch", "--launcher", "mpi", "--mpirun", "mpirun.openmpi"]
+    launch += [*(f"--mpi-arg={arg}" for arg in subnet), "-n", "3", "-s", "1"]
+    done = slurm_cluster.run(
+        ["salloc", "-N3", *dtrain_argv(*launch, "--", "sh", "-c", WHERE)], timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"dtrain: inside Slurm job \d+: 3 nodes .*; agents through ", done.stderr)
+    rows = [line.split("] ", 1)[1].split() for line in done.stdout.splitlines() if "] " in line]
+    addresses = {host.name: host.address for host in slurm_cluster.cluster.hosts}
+    assert {row[1] for row in rows} == {"h1", "h2", "h3"}
+    for _, hostname, node_host, root_uri in rows:
+        assert node_host == addresses[hostname]
+        assert root_uri == addresses["h1"]  # the allocation's hosts: the scheduler on the first
+    assert engine_of(tmp_path)["name"] == "mpi"

@@ -130,6 +130,13 @@ def test_a_host_with_a_user_or_port_is_refused_naming_its_line() -> None:
         mpi.check_hosts([Host("h1", port=2222)])
 
 
+def test_a_host_listed_twice_is_refused_naming_both_lines() -> None:
+    hosts = [Host("h1", origin=Origin("hosts", 1)), Host("h1", slots=2, origin=Origin("hosts", 3))]
+    with pytest.raises(UsageError) as caught:
+        mpi.check_hosts(hosts)
+    assert caught.value.what == 'hosts:3: "h1" is listed twice (first on line 1)'
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), min_size=1))
 def test_the_ssh_wrapper_passes_any_config_path_to_ssh_as_one_word(path: str) -> None:
@@ -139,12 +146,10 @@ def test_the_ssh_wrapper_passes_any_config_path_to_ssh_as_one_word(path: str) ->
     done = subprocess.run(
         ["sh", "-c", shown, "sh", "h1", "orted", "-x"],
         capture_output=True,
-        text=True,
-        errors="surrogateescape",
         timeout=10,
         check=True,
     )
-    words = done.stdout.split("\0")[:-1]
+    words = done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
     assert words[:2] == ["-F", path]
     assert "BatchMode=yes" in words and "ConnectTimeout=7" in words
     assert "StrictHostKeyChecking=accept-new" in words
