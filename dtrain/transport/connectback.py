@@ -157,10 +157,12 @@ def shown_command(argv: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class StarterProcess:
-    """One process a starter runs: its argv, and what it adds to the environment."""
+    """One process a starter runs: its argv, what it adds to the environment, and the one host
+    it starts the agent on, for starters that run one process per host (qrsh, pbsdsh)."""
 
     argv: list[str]
     env: Mapping[str, str] = field(default_factory=dict)
+    host: str | None = None
 
 
 class Starter(Protocol):
@@ -281,6 +283,7 @@ class ConnectBack:
         self.quiet_note_s = quiet_note_s  # no agent yet after this long: the starter's note
         self.agents: dict[str, Agent] = {}
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._proc_of: dict[str, subprocess.Popen[bytes]] = {}  # host -> its own starter
         self._key = secrets.token_bytes(32)
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self._listener: socket.socket | None = None
@@ -338,6 +341,8 @@ class ConnectBack:
                 start_new_session=True,  # the terminal's Ctrl-C is dtrain's to handle
             )
             self.procs.append(proc)
+            if process.host is not None:
+                self._proc_of[process.host] = proc
             reading = threading.Thread(
                 target=self._read_stderr, args=(proc,), name="dtrain-starter", daemon=True
             )
@@ -371,6 +376,18 @@ class ConnectBack:
     def starters_ended(self) -> bool:
         return bool(self.procs) and all(proc.poll() is not None for proc in self.procs)
 
+    def _nothing_left_to_wait_for(self) -> bool:
+        """Every starter ended, or every host still missing had its own starter end: no agent
+        can come any more (one host's failed qrsh does not hold the launch for the timeout)."""
+        if self.starters_ended():
+            return True
+        if self.nodes is None or not self._proc_of:
+            return False
+        missing = [node for node in self.nodes if node not in self.agents]
+        return all(
+            node in self._proc_of and self._proc_of[node].poll() is not None for node in missing
+        )
+
     def accept(self, timeout_s: float | None) -> dict[str, Problem]:
         """Take the agents' connections until every host is in, the starter ends, or time is up.
 
@@ -382,7 +399,7 @@ class ConnectBack:
         quiet_until: float | None = time.monotonic() + self.quiet_note_s
         pending: list[threading.Thread] = []
         while len(self.agents) < self.count:
-            if self.starters_ended() and not any(t.is_alive() for t in pending):
+            if self._nothing_left_to_wait_for() and not any(t.is_alive() for t in pending):
                 break
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -415,13 +432,18 @@ class ConnectBack:
             return {}
         name = self.starter.name
         ended = [proc.returncode for proc in self.procs if proc.poll() is not None]
+        waited = f"its agent did not connect back within {timeout_s or 0:.0f}s"
         if self.procs and len(ended) == len(self.procs):
-            why = f"{name} exited with {ended[0]}"
-        else:
-            why = f"its agent did not connect back within {timeout_s or 0:.0f}s"
+            waited = f"{name} exited with {ended[0]}"
         tail = [line for line in self._stderr if line.strip()][-3:]
         hint = f"{name} said: " + " | ".join(tail) if tail else None
-        return {node: Problem(why, host=node, hint=hint) for node in missing}
+        problems = {}
+        for node in missing:
+            own = self._proc_of.get(node)
+            code = own.poll() if own is not None else None
+            why = f"{name} exited with {code}" if code is not None else waited
+            problems[node] = Problem(why, host=node, hint=hint)
+        return problems
 
     def _handshake(self, sock: socket.socket, peer: tuple[str, int]) -> None:
         """Admit one connection if it proves it holds the key and names a host still missing."""

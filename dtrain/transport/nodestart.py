@@ -98,6 +98,7 @@ class NodeStarter:
             StarterProcess(
                 starter_argv(options.scheduler, options.starter, node, command),
                 {ORDER_VAR: str(order)},
+                node,
             )
             for order, node in enumerate(nodes)
         ]

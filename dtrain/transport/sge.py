@@ -94,7 +94,7 @@ class QrshStarter:
         for order, node in enumerate(nodes):
             argv = sge.inherit_argv(node, [*AGENT_SESSION, *command])
             argv[0] = qrsh
-            started.append(StarterProcess(argv, {HOST_VAR: node, ORDER_VAR: str(order)}))
+            started.append(StarterProcess(argv, {HOST_VAR: node, ORDER_VAR: str(order)}, node))
         return started
 
     def note(self, line: str) -> str | None:
