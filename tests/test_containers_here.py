@@ -249,3 +249,29 @@ def test_dtrain_sigkilled_leaves_no_process_and_no_container(
         launch.communicate(timeout=10)
     assert code == -signal.SIGKILL
     assert_nothing_left(store, job, stays)
+
+
+def test_ps_and_kill_without_hosts_see_into_this_machines_container(
+    store: Store, tmp_path: Path, kept: None
+) -> None:
+    flags, stays = where(store, "container", tmp_path)
+    launch = start_dtrain(
+        ["launch", "-n", "1", *flags, "--", "python3", BY_TASK, "*=sleep"],
+        tmp_path,
+        env=store.env,
+    )
+    try:
+        job = wait_started(tmp_path)
+        shown = run_dtrain(["ps", "--container", "train"], tmp_path, env=store.env)
+        assert shown.returncode == 0, shown.stderr
+        assert job in shown.stdout and "worker.0" in shown.stdout, shown.stdout
+        killed = run_dtrain(["kill", "--container", "train", "--job", job], tmp_path, env=store.env)
+        assert killed.returncode == 0, killed.stdout + killed.stderr
+        assert "stopped 3 of 3 processes" in killed.stdout, killed.stdout
+        code = launch.wait(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        launch.communicate(timeout=10)
+    assert code == 128 + signal.SIGTERM  # the task's own death, as without a container
+    assert_nothing_left(store, job, stays)
