@@ -56,15 +56,15 @@ def where_to_run(
     Inside an allocation with no -H, its nodes are the hosts; a node list that cannot be
     expanded is an error, never a fall back to this machine alone. Only launch has --nodes
     (`can_allocate`): the other commands act on an allocation that exists. A container
-    (`--container`, `--image`) is reached over ssh only, for now.
+    (`--container`, `--image`) is reached over ssh or on this machine, not yet through an engine.
     """
     container = container_from_flags()
     where = _where_to_run(launcher, hostfile, env, allocation, can_allocate, mpi)
-    if container is not None and (where.engine is not None or not where.hosts):
-        engine = "under Slurm, Grid Engine or mpirun" if where.engine else "on this machine"
+    if container is not None and where.engine is not None:
         raise UsageError(
-            f"--container and --image run over ssh only: not yet {engine}",
-            hint="pass -H hosts (this machine too, by the name ssh reaches it at); "
+            "--container and --image run over ssh or on this machine: not yet under Slurm, "
+            "Grid Engine or mpirun",
+            hint="pass -H hosts (the allocation's nodes, by the names ssh reaches them at); "
             "the README's Containers section says why",
         )
     return where

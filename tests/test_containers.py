@@ -254,12 +254,9 @@ def test_the_local_engine_starts_its_agent_through_the_runtime(bin_dir: Path) ->
             "dtrain: --container-arg needs --container NAME or --image IMAGE",
         ),
         (
-            ["launch", "--image", "b", "--", "true"],
-            "dtrain: --container and --image run over ssh only: not yet on this machine",
-        ),
-        (
-            ["ps", "--container", "a"],
-            "dtrain: --container and --image run over ssh only: not yet on this machine",
+            ["launch", "--launcher", "slurm", "--nodes", "1", "--image", "b", "--", "true"],
+            "dtrain: --container and --image run over ssh or on this machine: not yet under "
+            "Slurm, Grid Engine or mpirun",
         ),
     ],
 )

@@ -245,7 +245,7 @@ class AgentGroup:
         """Start the agent on one (connected) host; its problem if that fails."""
         try:
             link: Link = (
-                LocalLink()
+                LocalLink(container=self.ssh_options.container)
                 if host.is_local
                 else self.ssh.open_link(host, python=self.remote_python)
             )

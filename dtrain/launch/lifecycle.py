@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dtrain import containers
 from dtrain.agents.group import AgentGroup
 from dtrain.agents.session import OUTPUT_KINDS, AgentEvent, AgentSession, Heartbeat, LinkClosed
-from dtrain.errors import ConnectError, DtrainError, PreflightFailed, UsageError
+from dtrain.errors import ConnectError, DtrainError, PreflightFailed
 from dtrain.launch import DEFAULT_EXCLUDES, joblog, restarts
 from dtrain.launch.results import JobState
 from dtrain.launch.signals import forward_signals
@@ -234,7 +234,7 @@ class Launch:
         policy = self.options.restart
         restarts.validate(policy, len(self.request.hosts) or None, allocating)
         placed = () if allocating else planner.place(self.request)
-        _check_tasks_here(placed, self.options.ssh.container is not None)
+        _check_tasks_here(placed)
         self._job_ssh()  # a directory --image cannot mount fails here
         paths = joblog.create(self.options.log_root, self.job_id)  # and a bad --log-dir
         try:
@@ -656,15 +656,9 @@ def _engine_record(hosts: AgentGroup) -> dict[str, Any] | None:
     return hosts.engine.record() if hosts.engine is not None else None
 
 
-def _check_tasks_here(placed: Sequence[PlacedTask], in_container: bool = False) -> None:
+def _check_tasks_here(placed: Sequence[PlacedTask]) -> None:
     """Tasks placed on this machine when it cannot run them: one line, before any connection."""
     here = sum(1 for task in placed if task.host.is_local)
-    if here and in_container:
-        raise UsageError(
-            f"{here} task{'s' if here != 1 else ''} would run on this machine, outside the "
-            "container: --container and --image run over ssh only, for now",
-            hint="give --scheduler-host a host of the hosts file, or list this machine there",
-        )
     refused = tasks_here_refused() if here else None
     if refused is not None:
         what = f"{here} task{'s' if here != 1 else ''} would run on this machine: {refused}"
