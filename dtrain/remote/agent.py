@@ -28,6 +28,7 @@ import threading
 import time
 
 from . import checks, facts, procs, proto, setup, spawn
+from .tracebacks import TracebackWatch
 
 TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
 if TYPE_CHECKING:
@@ -40,46 +41,12 @@ READ_CHUNK = 1 << 16
 HIGH_WATER = 1 << 20  # stop reading task output while this much waits for the launcher
 LOW_WATER = 1 << 18
 DRAIN_S = 2.0  # after a task exits, how long its pipes may stay open (grandchildren)
-TRACEBACK_LINE = b"Traceback (most recent call last):"
 SETUP_STDERR_BYTES = 4096  # the end of the setup's stderr its error shows
 SETUP_DRAIN_READS = 64  # reads of each pipe once it exited (more: a background writer)
 SETUP_CHECK_S = 0.1  # while stopping the setup: how often to look whether any of it is left
 IDLE_CPU_FRACTION = 0.05
 READ = selectors.EVENT_READ
 WRITE = selectors.EVENT_WRITE
-
-
-class TracebackWatch:
-    """Notices a task whose stderr ends with a complete Python traceback.
-
-    MXNet workers that raise print the traceback and then block forever at interpreter exit;
-    the agent treats such a task as failed once it has been silent and idle for a while.
-    """
-
-    NONE, INSIDE, COMPLETE = 0, 1, 2
-
-    def __init__(self):
-        self.state = self.NONE
-        self.partial = b""
-        self.last_line = b""
-        self.mark_time = 0.0
-        self.mark_cpu = 0.0
-
-    def feed(self, data):
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()[-4096:]
-        completed = False
-        for line in lines:
-            if line.startswith(TRACEBACK_LINE):
-                self.state = self.INSIDE
-            elif self.state == self.INSIDE:
-                if line[:1] not in (b" ", b"\t") and line.strip():
-                    self.state = self.COMPLETE
-                    self.last_line = line[:500]
-                    completed = True
-            elif self.state == self.COMPLETE and line.strip():
-                self.state = self.NONE
-        return completed
 
 
 class Task:

@@ -21,7 +21,7 @@ from dtrain.containers import ContainerSpec, host_script
 
 REMOTE_MODULES = (
     "proto", "procs", "spawn", "files", "stacks", "probe", "netprobe", "setup", "facts", "checks",
-    "agent",
+    "tracebacks", "agent",
 )  # fmt: skip
 
 TOO_OLD_EXIT = 65  # the agent's python cannot run it: the remote command tries the next one
