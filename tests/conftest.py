@@ -9,13 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dtrain.remote import procs, proto
+
+GONE_S = 20.0  # how long a test waits for processes (or containers) to be gone, on a loaded machine
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
@@ -171,6 +173,26 @@ def wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:
         time.sleep(0.05)
         alive = [pid for pid in alive if procs.alive(pid)]
     return alive
+
+
+def job_processes(job: str) -> list[int]:
+    """Live processes anywhere on this machine (any host, any container) tagged with `job`."""
+    table = procs.snapshot()
+    return [
+        pid
+        for pid, proc in table.items()
+        if proc.tags.get(proto.JOB_ID_VAR) == job and proc.state != "Z"
+    ]
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = GONE_S) -> bool:
+    """Whether `check` holds by the deadline (asked every 0.1 s, and once more at the end)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
 
 
 @pytest.fixture

@@ -16,19 +16,24 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dtrain.remote import procs, proto
 from tests.cluster.podmancluster import IMAGE, build_rootfs
-from tests.conftest import ROOT, latest_job, program, run_dtrain, start_dtrain
+from tests.conftest import (
+    ROOT,
+    job_processes,
+    latest_job,
+    program,
+    run_dtrain,
+    start_dtrain,
+    wait_until,
+)
 
 BY_TASK = program("by_task.py")
 MOUNT_ROOT = f"--container-arg=--volume={ROOT}:{ROOT}:ro"
-GONE_S = 20.0  # a loaded 2-core machine: podman removes a container in 0.1-0.4 s idle
 SHOW = (
     "import os; e = os.environ; "
     "print(e['DTRAIN_TASK'], e['DMLC_ROLE'], os.path.exists('/run/.containerenv'), "
@@ -125,25 +130,6 @@ def store() -> Iterator[Store]:
         for args in (("rm", "-af", "-t", "0"), ("rmi", "-af")):
             subprocess.run(["podman", *args], env=made.env, capture_output=True, timeout=120)
         shutil.rmtree(root, ignore_errors=True)
-
-
-def job_processes(job: str) -> list[int]:
-    """Live processes on this machine (in any container) tagged with `job`."""
-    table = procs.snapshot()
-    return [
-        pid
-        for pid, proc in table.items()
-        if proc.tags.get(proto.JOB_ID_VAR) == job and proc.state != "Z"
-    ]
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float = GONE_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 def assert_nothing_left(store: Store, job: str, kept: tuple[str, ...] = ()) -> None:

@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -444,23 +444,31 @@ def dead_launcher_jobs(root: Path, host: str, job: str | None = None) -> list[De
     skipped.
     """
     found = []
-    try:
-        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return []
-    for job_dir in entries:
-        if job is not None and job_dir.name != job:
-            continue
-        document = _read_document(job_dir / JOB_FILE)
-        state = document.get("state") if document is not None else None
+    for job_dir, document in _job_documents(root, job):
+        state = document.get("state")
         dead = None
-        if document is not None and state == RUNNING:
+        if state == RUNNING:
             dead = _mark(job_dir, document, host)
-        elif document is not None and state == LAUNCHER_DIED:
+        elif state == LAUNCHER_DIED:
             dead = _dead_job(job_dir, document)
         if dead is not None:
             found.append(dead)
     return found
+
+
+def _job_documents(root: Path, job: str | None) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each job directory under `root` (only `job`'s, when given), oldest first, with its
+    job.json's document; what is not a readable job directory is skipped."""
+    try:
+        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return
+    for job_dir in entries:
+        if job is not None and job_dir.name != job:
+            continue
+        document = _read_document(job_dir / JOB_FILE)
+        if document is not None:
+            yield job_dir, document
 
 
 def launcher_is_running(launcher: Launcher, host: str) -> bool:
@@ -478,15 +486,8 @@ def running_launchers(root: Path, host: str, job: str | None = None) -> list[tup
     from dtrain.processes.launcher import Launcher
 
     found = []
-    try:
-        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return []
-    for job_dir in entries:
-        if job is not None and job_dir.name != job:
-            continue
-        document = _read_document(job_dir / JOB_FILE)
-        if document is None or document.get("state") != RUNNING:
+    for job_dir, document in _job_documents(root, job):
+        if document.get("state") != RUNNING:
             continue
         if not document.get("max_restarts"):
             continue  # its tasks killed from outside end it: nothing would restart it

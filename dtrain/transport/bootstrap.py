@@ -33,10 +33,10 @@ AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 
 # The boot code runs under whatever python3 the host has (it checks the version before anything
 # else, so it stays Python 3.0-compatible syntax: no f-strings). It reads the agent's compressed
-# sources from stdin and serves them as the modules of one package through an import finder,
+# sources from stdin and serves them, and the package they make, through an import finder,
 # so each module is compiled when the agent first imports it (a launch never compiles doctor's
 # probes); then it runs the agent. Nothing is written on the host.
-_BOOT = """import json,os,sys,types,zlib
+_BOOT = """import json,os,sys,zlib
 v=sys.version.split()[0]
 if sys.version_info<(3,6):
  sys.stderr.write("dtrain: the agent needs Python >= 3.6, "+sys.executable+" is "+v+"\\n")
@@ -52,11 +52,12 @@ P="_dtrain_remote."
 S=dict(json.loads(zlib.decompress(b).decode()))
 class Sources:
  def find_spec(self,name,path,target=None):
+  if name==P[:-1]:return ModuleSpec(name,self,is_package=True)
   if name.startswith(P) and name[len(P):] in S:return ModuleSpec(name,self)
  def create_module(self,spec):return None
  def exec_module(self,m):
-  k=m.__name__[len(P):];exec(compile(S[k],"dtrain/remote/"+k+".py","exec"),m.__dict__)
-p=types.ModuleType(P[:-1]);p.__path__=[];sys.modules[p.__name__]=p
+  k=m.__name__[len(P):]
+  if k:exec(compile(S[k],"dtrain/remote/"+k+".py","exec"),m.__dict__)
 sys.meta_path.insert(0,Sources())
 import _dtrain_remote.agent
 _dtrain_remote.agent.main()

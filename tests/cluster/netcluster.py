@@ -467,7 +467,7 @@ class Cluster:
                 break
             if popen.poll() is not None or time.monotonic() > deadline:
                 _killpg(popen.pid)
-                _reap(popen, timeout_s=2.0)
+                reap(popen, timeout_s=2.0)
                 raise ClusterError(
                     f"could not start {cmd!r} (nsenter exited {popen.returncode})",
                     where=state.host.name,
@@ -893,11 +893,11 @@ class Cluster:
     def _reap_host(self, state: _HostState) -> None:
         """Reap the host's launcher, and the nsenter of each process spawned there."""
         if state.launcher is not None:
-            _reap(state.launcher, timeout_s=5.0)
+            reap(state.launcher, timeout_s=5.0)
             state.launcher = None
         state.sshd_pid = None
         for proc in [p for p in self._spawned if p.host == state.host.name]:
-            _reap(proc.popen)
+            reap(proc.popen)
             self._spawned.remove(proc)
 
     def _delete_network(self) -> None:
@@ -1431,7 +1431,7 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _reap(popen: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: float = 2.0) -> None:
+def reap(popen: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: float = 2.0) -> None:
     """Wait for a child we started (killing its group past the bound) and close its pipes."""
     try:
         popen.wait(timeout=timeout_s)

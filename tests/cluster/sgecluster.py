@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from .netcluster import Cluster, ClusterError, ClusterHost, CommandFailed, HostProcess
+from .netcluster import Cluster, ClusterError, ClusterHost, CommandFailed, HostProcess, reap
 
 logger = logging.getLogger(__name__)
 
@@ -191,9 +191,9 @@ class SgeCluster:
             for host in self.hosts:
                 self._sweep(host.name)
             for proc in [*self._clients, *self._execd.values()]:
-                _reap(proc.popen)
+                reap(proc.popen, timeout_s=5.0)
             if self._qmaster is not None:
-                _reap(self._qmaster.popen)
+                reap(self._qmaster.popen, timeout_s=5.0)
             self._clients.clear()
             self._execd.clear()
             self._qmaster = None
@@ -748,12 +748,3 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
-
-
-def _reap(popen: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
-    try:
-        popen.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, signal.SIGKILL)
-        popen.wait(timeout=timeout_s)

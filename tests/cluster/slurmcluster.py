@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from .netcluster import BRIDGE_ADDRESS, Cluster, ClusterError, ClusterHost, CommandFailed
+from .netcluster import BRIDGE_ADDRESS, Cluster, ClusterError, ClusterHost, CommandFailed, reap
 
 logger = logging.getLogger(__name__)
 
@@ -224,14 +224,14 @@ class SlurmCluster:
             for name in self._slurmd:
                 self._kill_steps(name)
             for client in self._clients:
-                _reap(client.popen)
+                reap(client.popen, timeout_s=5.0)
             self._clients.clear()
             if self._ctld_launcher is not None:
-                _reap(self._ctld_launcher)
+                reap(self._ctld_launcher, timeout_s=5.0)
                 self._ctld_launcher = None
             self._ctld_pid = None
             for popen, _ in self._slurmd.values():
-                _reap(popen)
+                reap(popen, timeout_s=5.0)
             self._slurmd.clear()
             for name in sorted(self._no_ssh):
                 self.unblock_ssh(name)
@@ -708,18 +708,6 @@ def _run_in_session(
     if check and completed.returncode != 0:
         raise CommandFailed(where, completed)
     return completed
-
-
-def _reap(popen: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
-    try:
-        popen.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, signal.SIGKILL)
-        popen.wait(timeout=timeout_s)
-    for stream in (popen.stdin, popen.stdout, popen.stderr):
-        if stream is not None:
-            stream.close()
 
 
 def _pid_state(pid: int) -> str | None:

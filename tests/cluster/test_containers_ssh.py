@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,11 +27,18 @@ from tests.cluster.podmancluster import (
     build_rootfs,
     framework_libraries,
 )
-from tests.conftest import ROOT, latest_job, program, run_dtrain, start_dtrain
+from tests.conftest import (
+    ROOT,
+    job_processes,
+    latest_job,
+    program,
+    run_dtrain,
+    start_dtrain,
+    wait_until,
+)
 
 BY_TASK = program("by_task.py")
 MOUNT_ROOT = f"--container-arg=--volume={ROOT}:{ROOT}:ro"
-GONE_S = 20.0  # a loaded 2-core machine: podman removes a container in 0.1-0.4 s idle
 SHOW = (
     "import os; e = os.environ; "
     "print(e['DTRAIN_TASK'], e['DMLC_ROLE'], e['DMLC_NODE_HOST'], e['DMLC_PS_ROOT_URI'], "
@@ -88,25 +94,6 @@ def reach(podman: PodmanHosts) -> list[str]:
     cluster = podman.cluster
     named = ["--container-runtime", "docker"] if podman.runtime == "docker" else []
     return ["-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config), *named]
-
-
-def job_processes(job: str) -> list[int]:
-    """Live processes anywhere on this machine (any host, any container) tagged with `job`."""
-    table = procs.snapshot()
-    return [
-        pid
-        for pid, proc in table.items()
-        if proc.tags.get(proto.JOB_ID_VAR) == job and proc.state != "Z"
-    ]
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float = GONE_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 def assert_nothing_left(podman: PodmanHosts, job: str, containers: tuple[str, ...] = ()) -> None:

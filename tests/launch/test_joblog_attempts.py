@@ -27,7 +27,9 @@ def plan_for(job: str, workers: int, framework: str = "dmlc") -> JobPlan:
     facts = planner.Facts(
         job_id=job,
         hosts={
-            h.key: planner.HostFacts(address=f"10.0.0.{i}", interfaces={}, free_ports=(9000,))
+            h.key: planner.HostFacts(
+                address=f"198.18.0.{10 + i}", interfaces={}, free_ports=(9000,)
+            )
             for i, h in enumerate((*request.hosts, request.local_host), start=1)
         },
     )

@@ -58,7 +58,7 @@ FORWARD = ("DTRAIN_AGENT_KEY", "DTRAIN_AGENT_CONNECT")
 
 def test_open_mpi_runs_one_agent_per_node_without_tree_spawn_and_names_what_it_forwards() -> None:
     argv = mpi.agents_argv(
-        OPEN_MPI, ["h1", "h2"], COMMAND, FORWARD, "/tmp/w/ssh", as_root=False, address="10.0.0.1"
+        OPEN_MPI, ["h1", "h2"], COMMAND, FORWARD, "/tmp/w/ssh", as_root=False, address="198.18.0.1"
     )
     assert argv == [
         "/usr/bin/mpirun.openmpi",
@@ -97,7 +97,7 @@ def test_hydra_runs_one_per_host_over_ssh_told_this_machines_address() -> None:
         FORWARD,
         "/tmp/w/ssh",
         as_root=False,
-        address="10.0.0.1",
+        address="198.18.0.1",
         extra=["-v"],
     )
     assert argv == [
@@ -109,7 +109,7 @@ def test_hydra_runs_one_per_host_over_ssh_told_this_machines_address() -> None:
         "-ppn",
         "1",
         "-localhost",
-        "10.0.0.1",
+        "198.18.0.1",
         "-launcher",
         "ssh",
         "-launcher-exec",

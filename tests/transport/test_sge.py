@@ -26,7 +26,7 @@ def test_each_host_gets_its_own_qrsh_with_its_name_and_place_in_the_environment(
     qrsh: Path,
 ) -> None:
     command = agent_command(["python3"], IDENTITY)
-    started = QrshStarter("12").processes(command, ["n3", "n1"], 2, "10.0.0.1")
+    started = QrshStarter("12").processes(command, ["n3", "n1"], 2, "198.18.0.1")
 
     assert [p.argv[:5] for p in started] == [
         [str(qrsh), "-inherit", "-nostdin", "-V", host] for host in ("n3", "n1")
@@ -45,7 +45,7 @@ def test_no_qrsh_is_this_machines_setup_not_the_flags(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DtrainError) as caught:
-        QrshStarter("12").processes(["true"], ["n1"], 1, "10.0.0.1")
+        QrshStarter("12").processes(["true"], ["n1"], 1, "198.18.0.1")
     assert "qrsh is not on PATH" in str(caught.value)
     assert caught.value.exit_code == 3
 
