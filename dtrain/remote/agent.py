@@ -26,13 +26,10 @@ import signal
 import sys
 import threading
 import time
+from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 from . import checks, facts, procs, proto, setup, spawn
 from .tracebacks import TracebackWatch
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 # `probe` (doctor), `netprobe` (doctor, preflight), `stacks` and `files` (sync) are imported
 # where a request needs them: a launch's agent loads and compiles only what it uses.

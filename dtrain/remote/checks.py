@@ -7,12 +7,9 @@ Python >= 3.6.
 """
 
 import os
+from typing import Any, Mapping, Optional, Tuple  # noqa: F401 - used in type comments
 
 from . import procs
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Mapping, Optional, Tuple  # noqa: F401 - used in type comments
 
 BINFMT_MISC = "/proc/sys/fs/binfmt_misc"  # the kernel's extra executable formats, if mounted
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one entry per GPU the driver sees

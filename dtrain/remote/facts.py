@@ -11,12 +11,9 @@ import stat
 import struct
 import sys
 import time
+from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 from . import procs
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 SIOCGIFADDR = 0x8915  # the ioctl that reads an interface's IPv4 address (Linux)
 

@@ -10,12 +10,9 @@ import errno
 import random
 import socket
 import time
+from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 from . import spawn
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 PORT_RANGE = (10000, 49999)  # where ps-lite's servers and workers bind
 MAX_BIND_TRIES = 20

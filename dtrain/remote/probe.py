@@ -15,12 +15,9 @@ import socket
 import stat
 import threading
 import time
+from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 from . import files, procs, proto, spawn, stacks
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Dict, List  # noqa: F401 - used in type comments
 
 ENV_PREFIXES = ("DMLC_", "PS_")
 ENV_NAMES = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")

@@ -10,13 +10,10 @@ import os
 import shutil
 import signal
 import time
+from typing import Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 from . import proto
 from .proto import JOB_ID_VAR, ROLE_VAR, TAG_VARS, TASK_VAR
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -7,10 +7,7 @@ is sent to remote hosts with the agent.
 
 import json
 import struct
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, List, Tuple
+from typing import Any, List, Tuple
 
 HEADER = struct.Struct("!BHI")
 MAX_PAYLOAD = 1 << 24

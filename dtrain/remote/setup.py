@@ -10,12 +10,9 @@ Standard library only, Python >= 3.6: sent to remote hosts with the agent.
 """
 
 import os
+from typing import Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 from . import proto
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 ENV_MARK = b"env\0"  # what comes after it in the result file is the environment
 FAILED_MARK = b"failed"

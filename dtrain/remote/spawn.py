@@ -14,12 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple  # noqa: F401 - used in type comments
 
 from . import procs
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple  # noqa: F401 - used in type comments
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -103,7 +100,7 @@ def find_setpriv(path: "str | None" = None) -> "str | None":
         return None
 
 
-def prctl() -> "Any":
+def prctl() -> Any:
     """libc's prctl, or None where there is none to call (not Linux, no ctypes)."""
     if not _PRCTL:
         function = None

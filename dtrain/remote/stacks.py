@@ -10,12 +10,9 @@ nothing else here touches the tasks. Standard library only, Python >= 3.6.
 import json
 import os
 import time
+from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 from . import procs, proto, spawn
-
-TYPE_CHECKING = False  # true for mypy only: the agent never loads typing
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional  # noqa: F401 - used in type comments
 
 TOOL = "py-spy"
 MAX_PARALLEL = 16  # py-spy processes at once: each is short, but a host may run 64 tasks
