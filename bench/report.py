@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import mpi, slurm, stacks, stats
+from bench import stacks, stats
 from bench.launchers import BEFORE, LABELS
 
 Record = dict[str, Any]
@@ -250,30 +250,130 @@ def guard_rails(records: Sequence[Record]) -> list[str]:
     return lines
 
 
+ENGINES = {  # scenario: its section's title, and each dtrain way with its counterpart
+    "slurm": ("Slurm: inside one allocation, against srun", [("dtrain", "srun")]),
+    "mpi": ("MPI: `--launcher mpi` against Open MPI's mpirun",
+            [("dtrain --launcher mpi", "mpirun")]),
+    "sge": ("Grid Engine: inside one PE job, against `qrsh -inherit` per slot by hand",
+            [("dtrain", "qrsh -inherit")]),
+    "containers": ("Containers: podman, against the same runtime by hand over ssh",
+                   [("dtrain --image", "ssh podman run"),
+                    ("dtrain --container", "ssh podman exec")]),
+}  # fmt: skip
+ENGINE_NOTE = (
+    "## Engines and containers against the same by hand\n\n"
+    "Each on its own real cluster (bench/engines.py), the ways interleaved. Last task started "
+    "and whole command: the job whose tasks stamp their start and exit (with containers, "
+    "`python3 -S -c pass`, to the command's exit and, for `run`, its container gone). After a "
+    "failure: one task exits 7 once all have started, the others sleep; from that exit to the "
+    "command's (capped at {cap:g} s: never, exit none), its exit code and the tasks still "
+    "alive then."
+)
+
+
+def engine_section(records: Sequence[Record], scenario: str) -> list[str]:
+    mine = [r for r in records if r.get("scenario") == scenario]
+    if not mine:
+        return []
+    title, pairs = ENGINES[scenario]
+    hosts, per_host = shape_of(mine[0])
+    lines = [f"### {title}", "", f"{hosts} hosts x {per_host} "
+             "tasks. Medians; ratios run by run.", "",
+             "| launcher | runs | last task started | whole command | after a failure | exit "
+             "| tasks alive then |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in dict.fromkeys(r["launcher"] for r in mine):
+        ran = [r for r in mine if r["launcher"] == name and r["mode"] == "stamp"]
+        failed = [r for r in mine if r["launcher"] == name and r["mode"] == "fail"]
+        capped = any(r["exit"] is None for r in failed)
+        after = "never" if capped else secs(median(failed, "teardown_s")) if failed else "-"
+        codes = ", ".join(sorted({"none" if r["exit"] is None else str(r["exit"]) for r in failed}))
+        alive = str(max(r["alive_at_exit"] for r in failed)) if failed else "-"
+        cells = [secs(median(ran, "launch_s")), secs(median(ran, "wall_s")), after, codes or "-"]
+        cells.append(alive)
+        lines.append(f"| {name} | {len(ran)} | " + " | ".join(cells) + " |")
+    ran = [r for r in mine if r["mode"] == "stamp"]
+    for ours, peer in pairs:
+        for key, what in (("launch_s", "last task started"), ("wall_s", "whole command")):
+            if found := ratio(ran, ours, peer, key):
+                lines.append(f"\n{ours} ÷ {peer}, {what}: {found[1]}")
+    return lines
+
+
+def restart_section(records: Sequence[Record]) -> list[str]:
+    mine = [r for r in records if r.get("scenario") == "restart"]
+    if not mine:
+        return []
+    lines = [
+        "## Restart: from a task's failure to every task of the next attempt running",
+        "",
+        "`--max-restarts 1 --restart-delay 0` against relaunching by hand (dtrain twice, back "
+        "to back), one task per host, interleaved (bench/restart.py). Medians; the ratio is run "
+        "by run.",
+        "",
+        "| hosts | runs | restart | by hand | by hand ÷ restart |",
+        "|---|---|---|---|---|",
+    ]
+    for hosts in sorted({r["hosts"] for r in mine}):
+        rows = [r for r in mine if r["hosts"] == hosts]
+        found = ratio(rows, "by hand", "restart", "gap_s")
+        cells = [
+            secs(median([r for r in rows if r["launcher"] == w], "gap_s"))
+            for w in ("restart", "by hand")
+        ]
+        failed = sum(1 for r in rows if not r["ok"])
+        runs = f"{len(rows) // 2}" + f" ({failed} failed)" * bool(failed)
+        lines.append(f"| {hosts} | {runs} | {' | '.join(cells)} | {found[1] if found else '-'} |")
+    return lines
+
+
+def plot(records: Sequence[Record], path: Path) -> None:
+    """Launch latency and teardown against host count, every launcher that has them."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    panels = (("trivial", "launch_s", "launch: start to every task running"),
+              ("teardown", "teardown_s", "teardown after one task fails"))  # fmt: skip
+    for ax, (scenario, key, title) in zip(axes, panels, strict=True):
+        for name in launchers_in(r for r in records if r.get("scenario") == scenario):
+            points = [
+                (s[0], median(pick(records, scenario, s, name), key))
+                for s in shapes(records, scenario)
+            ]
+            shown = [(hosts, value) for hosts, value in points if value is not None]
+            if shown:
+                ax.plot(*zip(*shown, strict=True), marker="o", label=LABELS[name])
+        ax.set(title=title, xlabel="hosts", ylabel="seconds (median)", xscale="log", yscale="log")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
 def write(folder: Path, doc: Path) -> None:
     records, meta = load(folder)
     versions = meta["versions"]
     text = HEADER.format(argv=" ".join(meta["argv"]), minutes=meta["runtime_s"] / 60, **versions)
-    megabytes = meta["settings"]["log_mb_per_host"]
+    settings = meta["settings"]
+    image = doc.with_suffix(".png")
     sections = [
         guard_rails(records),
-        [LAUNCH, "", *ratio_table(records, "trivial", "launch_s", "pdsh")],
+        [LAUNCH, "", f"![launch latency and teardown against host count]({image.name})", "",
+         *ratio_table(records, "trivial", "launch_s", "pdsh")],
         teardown_table(records),
         signal_table(records),
-        [LOG.format(megabytes=megabytes), "", *ratio_table(records, "log", "mb_per_s", "ssh")],
-    ]
-    slurm_records = [r for r in records if r.get("scenario") == "slurm"]
-    if slurm_records:
-        shape = (slurm_records[0]["hosts"], slurm_records[0]["per_host"])
-        cap = meta["settings"]["slurm_cap_s"]
-        sections.append(
-            ["## Slurm against plain srun", "", slurm.report(slurm_records, shape, cap)]
-        )
-    mpi_records = [r for r in records if r.get("scenario") == "mpi"]
-    if mpi_records:
-        shape = (mpi_records[0]["hosts"], mpi_records[0]["per_host"])
-        cap = meta["settings"]["mpi_cap_s"]
-        sections.append(["## MPI against plain mpirun", "", mpi.report(mpi_records, shape, cap)])
+        [LOG.format(megabytes=settings["log_mb_per_host"]), "",
+         *ratio_table(records, "log", "mb_per_s", "ssh")],
+        restart_section(records),
+        [ENGINE_NOTE.format(cap=settings["engine_cap_s"])] * any(
+            r.get("scenario") in ENGINES for r in records
+        ),
+        *(engine_section(records, scenario) for scenario in ENGINES),
+    ]  # fmt: skip
     rows = [r for r in records if r.get("scenario") == "stacks"]
     if rows:
         table = stacks.table(rows, rows[0]["reps"])
@@ -282,3 +382,4 @@ def write(folder: Path, doc: Path) -> None:
         if lines:
             text += "\n" + "\n".join(lines).rstrip("\n") + "\n"
     doc.write_text(text)
+    plot(records, image)

@@ -1,22 +1,21 @@
-"""`python -m bench.restart`: from a task's failure to every task of the next attempt running,
-`--max-restarts 1 --restart-delay 0` against a person's relaunch (dtrain twice, back to back).
+"""From a task's failure to every task of the next attempt running: `--max-restarts 1
+--restart-delay 0` against a person's relaunch (dtrain twice, back to back). A phase of
+`python -m bench`, on its sshd cluster, the two ways interleaved.
 
-Same cluster, same run, interleaved. Each task stamps its start into its attempt's folder
-(the hosts share /tmp and this machine's clock); the first task of the failing attempt waits
-until every task started, stamps `failed` and exits 7; the others sleep until stopped.
+Each task stamps its start into its attempt's folder (the hosts share /tmp and this machine's
+clock); the first task of the failing attempt waits until every task started, stamps `failed`
+and exits 7; the others sleep until stopped.
 """
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from bench.scenarios import Context, rotated
 
 TASK = r"""
 import os, sys, time
@@ -41,62 +40,40 @@ while sum(n.endswith(".start") for n in os.listdir(folder)) < expect and time.ti
 stamp("failed", time.time())
 sys.exit(7)
 """
+WAYS = ("restart", "by hand")
 
 
 def gap_s(base: Path) -> float:
     """From the failure stamp to the last task of the next attempt starting."""
     failed = float((base / "a0" / "failed").read_text())
-    starts = [float(p.read_text()) for p in (base / "a1").glob("*.start")]
-    return max(starts) - failed
+    return max(float(p.read_text()) for p in (base / "a1").glob("*.start")) - failed
 
 
-def dtrain(common: list[str], *rest: str) -> int:
-    argv = [sys.executable, "-m", "dtrain", "launch", *common, *rest]
-    return subprocess.run(argv, cwd=REPO, capture_output=True, timeout=180).returncode
+def measure(ctx: Context, n_hosts: int, reps: int) -> list[dict[str, Any]]:
+    scratch = ctx.setup.scratch
+    task = scratch / "restart_task.py"
+    task.write_text(TASK)
+    hosts = scratch / f"restart-hosts-{n_hosts}"
+    hosts.write_text("".join(f"{name}\n" for name in ctx.hosts[:n_hosts]))
+    common = [sys.executable, "-m", "dtrain", "launch", "-H", str(hosts), "--framework", "torch"]
+    common += ["--ssh-config", str(ctx.setup.ssh_config), "--grace", "1"]
+    common += ["--log-dir", str(scratch / "restart-logs")]
 
+    def dtrain(*rest: str) -> int:
+        return subprocess.run([*common, *rest], capture_output=True, timeout=180).returncode
 
-def measure(n_hosts: int, reps: int, scratch: Path) -> tuple[list[float], list[float]]:
-    from tests.cluster.netcluster import Cluster, assert_routes_to_bridge
-
-    cluster = Cluster(n_hosts)
-    cluster.start()
-    try:
-        assert_routes_to_bridge(cluster)
-        for host in cluster.hosts:
-            cluster.blank_bashrc(host)
-        task = scratch / "task.py"
-        task.write_text(TASK)
-        common = ["-H", str(cluster.hosts_file()), "--ssh-config", str(cluster.ssh_config)]
-        common += ["--framework", "torch", "--grace", "1", "--log-dir", str(scratch / "logs")]
-        restart, by_hand = [], []
-        for rep in range(reps):
-            for way in ("restart", "by hand") if rep % 2 == 0 else ("by hand", "restart"):
-                base = Path(tempfile.mkdtemp(dir=scratch))
-                job = ["/usr/bin/python3", "-S", str(task), str(base), str(n_hosts)]
-                if way == "restart":
-                    flags = ["--max-restarts", "1", "--restart-delay", "0", "--restart-window", "0"]
-                    assert dtrain(common, *flags, "--", *job, "0") == 0
-                    restart.append(gap_s(base))
-                else:
-                    assert dtrain(common, "--", *job, "0") == 7
-                    assert dtrain(common, "--", *job, "1") == 0
-                    by_hand.append(gap_s(base))
-        return restart, by_hand
-    finally:
-        cluster.stop()
-
-
-def main() -> int:
-    shapes = [(1, 6), (8, 4), (48, 2)] if "--full" in sys.argv else [(1, 6), (8, 4)]
-    print("| hosts | restart (s, median) | by hand: dtrain twice (s, median) | by hand / restart |")
-    print("|---:|---:|---:|---:|")
-    with tempfile.TemporaryDirectory(prefix="dtrain-bench-restart-") as scratch:
-        for n_hosts, reps in shapes:
-            restart, by_hand = measure(n_hosts, reps, Path(scratch))
-            a, b = statistics.median(restart), statistics.median(by_hand)
-            print(f"| {n_hosts} | {a:.3f} | {b:.3f} | {b / a:.2f}x |", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    records = []
+    for rep in range(reps):
+        for way in rotated(WAYS, rep):
+            base = Path(tempfile.mkdtemp(dir=scratch))
+            job = ["/usr/bin/python3", "-S", str(task), str(base), str(n_hosts)]
+            if way == "restart":
+                flags = ["--max-restarts", "1", "--restart-delay", "0", "--restart-window", "0"]
+                ok = dtrain(*flags, "--", *job, "0") == 0
+            else:
+                ok = dtrain("--", *job, "0") == 7 and dtrain("--", *job, "1") == 0
+            record = {"scenario": "restart", "launcher": way, "rep": rep, "hosts": n_hosts}
+            records.append(
+                {**record, "per_host": 1, "ok": ok, "gap_s": gap_s(base) if ok else None}
+            )
+    return records

@@ -1,10 +1,13 @@
-"""`python -m bench`: dtrain against pdsh and one ssh per task on real sshd hosts.
+"""`python -m bench`: dtrain against the peers people use instead, on real clusters, one run.
 
-Brings up the namespaced sshd test cluster (tests/cluster/netcluster.py) itself, runs every
-launcher on the same hosts in the same run, interleaved (the order rotates with each
-repetition), and writes docs/benchmarks.md: tables of medians and ratios from that one run.
-With `--before TREE`, a second dtrain tree runs beside this one as "dtrain (before)", so a
-change is judged against what it changed, on the same machine in the same minutes.
+Brings up the suite's namespaced sshd cluster (tests/cluster/netcluster.py) itself and runs
+every launcher on the same hosts in the same run, interleaved (the order rotates with each
+repetition): launch, teardown, orphans and log relay against pdsh and one ssh per task, a
+restarted job against relaunching it; then each engine on its own real cluster against that
+engine by hand (bench/engines.py: srun, mpirun, qrsh -inherit, podman), and `dtrain stacks`
+against py-spy by hand. Writes docs/benchmarks.md (tables of medians and ratios) and its plot
+from that one run. With `--before TREE`, a second dtrain tree runs beside this one as
+"dtrain (before)", so a change is judged against what it changed, in the same minutes.
 
 The cluster is held in short sessions (one per group of measurements) and released in
 between, so other users of the machine-wide cluster lock are not starved.
@@ -30,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # tests.cluster.netcluster lives in the repo, not the package
 
-from bench import launchers, mpi, report, scenarios, slurm, stacks  # noqa: E402
+from bench import engines, launchers, report, restart, scenarios, stacks  # noqa: E402
 from bench.launchers import BEFORE  # noqa: E402
 
 LOCK_BREATHER_S = 1.0  # between cluster sessions: lets a waiting user of the lock in
@@ -50,19 +53,21 @@ class Settings:
     log: tuple[Shape, ...] = ((1, 1), (8, 4))
     log_reps: int = 6
     log_mb_per_host: float = 40.0  # split over the host's tasks
+    restart: tuple[tuple[int, int], ...] = ((1, 6), (8, 4), (48, 2))  # (hosts, reps)
     slurm: Shape = (4, 4)
-    slurm_reps: int = 3
-    slurm_cap_s: float = 10.0
     mpi: Shape = (4, 2)
-    mpi_reps: int = 3
-    mpi_cap_s: float = 20.0
+    sge: Shape = (3, 2)
+    engine_reps: int = 4
+    engine_cap_s: float = 10.0  # a peer that never stops the rest after a failure
+    containers_hosts: int = 2
+    containers_reps: int = 6
     stacks: tuple[tuple[int, int], ...] = ((1, 8), (8, 32))  # (hosts, tasks)
     stacks_reps: int = 2
 
     @property
     def max_hosts(self) -> int:
         shapes = [s for s, _ in self.launch] + [*self.teardown, self.signals, *self.log]
-        return max(h for h, _ in shapes)
+        return max([h for h, _ in shapes] + [h for h, _ in self.restart])
 
 
 QUICK = Settings(
@@ -73,10 +78,12 @@ QUICK = Settings(
     log=((1, 1),),
     log_reps=1,
     log_mb_per_host=8.0,
+    restart=((2, 1),),
     slurm=(2, 2),
-    slurm_reps=1,
     mpi=(2, 1),
-    mpi_reps=1,
+    sge=(2, 1),
+    engine_reps=1,
+    containers_reps=1,
     stacks=((1, 1),),
     stacks_reps=1,
 )
@@ -172,27 +179,28 @@ def phase_log(ctx: scenarios.Context, settings: Settings, results: Results) -> N
                 results.add(scenarios.job(ctx, name, hosts, per_host, "log", rep, megabytes))
 
 
+def phase_restart(ctx: scenarios.Context, settings: Settings, results: Results) -> None:
+    """A restarted job against relaunching it by hand (bench/restart.py)."""
+    for n_hosts, reps in settings.restart:
+        for record in restart.measure(ctx, n_hosts, reps):
+            results.add(record)
+
+
 PHASES: dict[str, Callable[[scenarios.Context, Settings, Results], None]] = {
     "launch": phase_launch,
     "teardown": phase_teardown,
     "signals": phase_signals,
     "log": phase_log,
+    "restart": phase_restart,
 }
-SESSIONS = (("launch",), ("teardown", "signals"), ("log",))
-
-
-def phase_slurm(settings: Settings, results: Results) -> None:
-    """dtrain on Slurm against plain srun (bench/slurm.py builds its own cluster)."""
-    nodes, per_host = settings.slurm
-    for record in slurm.measure(nodes, per_host, settings.slurm_reps, settings.slurm_cap_s):
-        results.add({"scenario": "slurm", "hosts": nodes, "per_host": per_host, **record})
-
-
-def phase_mpi(settings: Settings, results: Results) -> None:
-    """dtrain --launcher mpi against plain mpirun (bench/mpi.py builds its own cluster)."""
-    hosts, per_host = settings.mpi
-    for record in mpi.measure(hosts, per_host, settings.mpi_reps, settings.mpi_cap_s):
-        results.add({"scenario": "mpi", "hosts": hosts, "per_host": per_host, **record})
+SESSIONS = (("launch",), ("teardown", "signals"), ("log",), ("restart",))
+# Each engine builds its own cluster (bench/engines.py).
+ENGINES: dict[str, Callable[[Settings], list[dict[str, Any]]]] = {
+    "slurm": lambda s: engines.slurm(s.slurm, s.engine_reps, s.engine_cap_s),
+    "mpi": lambda s: engines.mpi(s.mpi, s.engine_reps, s.engine_cap_s),
+    "sge": lambda s: engines.sge(s.sge, s.engine_reps, s.engine_cap_s),
+    "containers": lambda s: engines.containers(s.containers_hosts, s.containers_reps),
+}
 
 
 def phase_stacks(settings: Settings, results: Results, scratch: Path) -> None:
@@ -218,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
     parser.add_argument("--before", type=Path, help="another dtrain tree, run as 'dtrain (before)'")
-    every = [*PHASES, "slurm", "mpi", "stacks"]
+    every = [*PHASES, *ENGINES, "stacks"]
     parser.add_argument("--phases", default=",".join(every), help=f"of {','.join(every)}")
     parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
     parser.add_argument("--report", type=Path, metavar="RESULTS_DIR", help="only rewrite the doc")
@@ -246,10 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with cluster_session(settings.max_hosts, scratch, args.before) as (_, ctx):
                     for name in todo:
                         PHASES[name](ctx, settings, results)
-        if "slurm" in wanted:
-            phase_slurm(settings, results)
-        if "mpi" in wanted:
-            phase_mpi(settings, results)
+        for name in (name for name in ENGINES if name in wanted):
+            for record in ENGINES[name](settings):
+                results.add(record)
         if "stacks" in wanted:
             phase_stacks(settings, results, scratch)
     finally:

@@ -38,7 +38,7 @@ def records(launch_8: float, relay: float) -> list[dict[str, Any]]:
 def page(tmp_path: Path, found: list[dict[str, Any]]) -> str:
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in found))
     meta = {"argv": ["--before", "T"], "runtime_s": 600}
-    meta["settings"] = {"slurm_cap_s": 10, "log_mb_per_host": 40.0}
+    meta["settings"] = {"engine_cap_s": 10, "log_mb_per_host": 40.0}
     meta["versions"] = {"commit": "abc", "openssh": "ssh", "pdsh": "pdsh", "python": "3.11"}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     report.write(tmp_path, tmp_path / "doc.md")
@@ -70,3 +70,24 @@ def test_a_leftover_after_a_signal_misses_the_clean_rail(tmp_path: Path) -> None
     text = page(tmp_path, found)
     assert "**missed**" in rail(text, "teardown")
     assert "SIGKILL at 48x4: 0 tasks and 1 processes left" in rail(text, "teardown")
+
+
+def test_an_engine_peer_that_never_stops_and_a_restart_are_tabled(tmp_path: Path) -> None:
+    found = records(launch_8=0.95, relay=60.0)
+    for rep in range(6):
+        base = {"scenario": "slurm", "rep": rep, "hosts": 4, "per_host": 4, "ok": True}
+        for name, launch, wall in (("dtrain", 0.5, 0.6), ("srun", 0.25, 0.4)):
+            found.append({**base, "launcher": name, "mode": "stamp", "exit": 0,
+                          "launch_s": launch, "wall_s": wall})  # fmt: skip
+        for name, code, teardown, alive in (("dtrain", 7, 0.1, 0), ("srun", None, None, 15)):
+            found.append({**base, "launcher": name, "mode": "fail", "exit": code,
+                          "teardown_s": teardown, "alive_at_exit": alive})  # fmt: skip
+        for way, gap in (("restart", 0.1), ("by hand", 1.2)):
+            found.append({"scenario": "restart", "launcher": way, "rep": rep, "hosts": 8,
+                          "per_host": 1, "ok": True, "gap_s": gap})  # fmt: skip
+    text = page(tmp_path, found)
+    assert "| dtrain | 6 | 500 ms | 600 ms | 100 ms | 7 | 0 |" in text
+    assert "| srun | 6 | 250 ms | 400 ms | never | none | 15 |" in text
+    assert "dtrain ÷ srun, last task started: x2.00 (x2.00-x2.00)" in text
+    assert "| 8 | 6 | 100 ms | 1.20 s | x12.00 (x12.00-x12.00) |" in text
+    assert (tmp_path / "doc.png").stat().st_size > 0  # the plot beside the page
