@@ -24,14 +24,15 @@ def shape_of(record: Record) -> Shape:
     return record.get("hosts", 0), record.get("per_host", 0)
 
 
-HEADER = """# Benchmarks: dtrain against pdsh and one ssh per task
+HEADER = """# Benchmarks: dtrain against what people launch with instead
 
 Made by one run of `sudo .venv/bin/python -m bench {argv}` ({minutes:.0f} min, commit
-{commit}) on a shared 2-core machine: the suite's namespaced sshd hosts
-(tests/cluster/netcluster.py, every remote `~/.bashrc` blanked), every launcher starting the
-same tiny task (`bench/task.py`) on the same hosts in the same minutes, interleaved, the order
-rotating with each repetition. Absolute times are this machine's; the ratios are what to read.
-"dtrain (before)" is the tree given by `--before`, run beside this one. Python {python},
+{commit}) on a shared 2-core machine: the suite's namespaced hosts (tests/cluster/: sshd on
+each, every remote `~/.bashrc` blanked; Slurm, Grid Engine, Open MPI and podman each on a
+cluster of its own), every launcher starting the same tiny task (`bench/task.py`) on the same
+hosts in the same minutes, interleaved, the order rotating with each repetition. Absolute
+times are this machine's; the ratios are what to read. "dtrain (before)" is the tree given by
+`--before`, run beside this one. Python {python},
 {openssh}, {pdsh}. Rerun: `sudo .venv/bin/python -m bench [--before TREE] [--quick]`;
 rewrite this page from a run's records: `python -m bench --report bench/results/<stamp>`.
 """
@@ -332,6 +333,7 @@ def plot(records: Sequence[Record], path: Path) -> None:
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     panels = (("trivial", "launch_s", "launch: start to every task running"),
@@ -346,6 +348,11 @@ def plot(records: Sequence[Record], path: Path) -> None:
             if shown:
                 ax.plot(*zip(*shown, strict=True), marker="o", label=LABELS[name])
         ax.set(title=title, xlabel="hosts", ylabel="seconds (median)", xscale="log", yscale="log")
+        ax.set_xticks(sorted({s[0] for s in shapes(records, scenario)}))
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FormatStrFormatter("%g"))
+            axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend()
