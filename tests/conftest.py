@@ -29,6 +29,13 @@ def program(name: str) -> str:
     return str(PROGRAMS / name)
 
 
+# A suite started in the background by a non-interactive shell (`bash .ci/run &`) inherits
+# SIGINT ignored, and so would every dtrain it starts: Python leaves an inherited SIG_IGN in
+# place, and the Ctrl-C tests would wait for an exit that never comes. Run as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # Every process this test run starts inherits this marker (local agents pass on dtrain's
 # environment), so the leftover check never touches another run's processes on this machine.
 SESSION_VAR = "DTRAIN_TEST_SESSION"
