@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.podmancluster import IMAGE, build_rootfs
+from tests.cluster.podmancluster import IMAGE, LIST_PROCESSES, build_rootfs
 from tests.conftest import (
     ROOT,
     job_processes,
@@ -96,14 +96,7 @@ class Store:
 
     def processes_in(self, name: str) -> list[str]:
         """Every process in container `name` but its init and its sleep."""
-        code = (
-            "import os\n"
-            "for p in os.listdir('/proc'):\n"
-            "  if p.isdigit() and int(p) != os.getpid():\n"
-            "    try: print(open('/proc/%s/cmdline' % p).read().replace('\\0', ' '))\n"
-            "    except OSError: pass\n"
-        )
-        out = self.cli("exec", name, "python3", "-S", "-c", code)
+        out = self.cli("exec", name, "python3", "-S", "-c", LIST_PROCESSES)
         return [line for line in out.splitlines() if line.strip() and "sleep" not in line]
 
 

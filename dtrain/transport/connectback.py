@@ -58,6 +58,12 @@ STOP_TIMEOUT_S = 10.0
 ENDED_WAIT_S = 1.0  # a connection closed mid-job: how long the starter may take to end too
 STDERR_TAIL = 60
 NOTHING_STARTED = "nothing was started"
+# After the agents closed (each stopped its tasks first), a starter has only bookkeeping left;
+# one still running after this long waits on a lost host: it is stopped.
+STARTER_EXIT_S = 3.0
+# No agent yet after this long: the starter's note says what it waits for (srun, for one,
+# says nothing while a step waits inside an allocation, even with -v).
+QUIET_NOTE_S = 5.0
 # The launcher's ssh session is not the agents': they would report its address as their own.
 NOT_EXPORTED = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", KEY_VAR, CONNECT_VAR)
 
@@ -269,18 +275,12 @@ class ConnectBack:
         *,
         pythons: Sequence[str],
         on_note: Callable[[str], None] | None = None,
-        exit_s: float = 3.0,
-        quiet_note_s: float = 5.0,
     ) -> None:
         self.starter = starter
         self.nodes = tuple(nodes) if nodes is not None else None
         self.count = count
         self.pythons = tuple(pythons)
         self.on_note = on_note
-        # After the agents closed (each stopped its tasks first), the starter has only
-        # bookkeeping left; one still running then waits on a lost host: stop it.
-        self.exit_s = exit_s
-        self.quiet_note_s = quiet_note_s  # no agent yet after this long: the starter's note
         self.agents: dict[str, Agent] = {}
         self.procs: list[subprocess.Popen[bytes]] = []
         self._proc_of: dict[str, subprocess.Popen[bytes]] = {}  # host -> its own starter
@@ -396,7 +396,7 @@ class ConnectBack:
         """
         assert self._listener is not None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        quiet_until: float | None = time.monotonic() + self.quiet_note_s
+        quiet_until: float | None = time.monotonic() + QUIET_NOTE_S
         pending: list[threading.Thread] = []
         while len(self.agents) < self.count:
             if self._nothing_left_to_wait_for() and not any(t.is_alive() for t in pending):
@@ -488,7 +488,7 @@ class ConnectBack:
             self._listener.close()
         for agent in self.agents.values():
             agent.link.sock.close()
-        deadline = time.monotonic() + (self.exit_s if self.agents else 0.1)
+        deadline = time.monotonic() + (STARTER_EXIT_S if self.agents else 0.1)
         for proc in self.procs:
             try:  # with no agent in yet (queued, or failing), there is nothing to wait for
                 proc.wait(max(0.0, deadline - time.monotonic()))
@@ -533,6 +533,12 @@ class ConnectBackEngine:
     def listen_address(self, nodes: Sequence[str]) -> str:
         """This machine's address on the route to `nodes`."""
         raise NotImplementedError
+
+    def connect_back(
+        self, starter: Starter, nodes: Sequence[str] | None, count: int
+    ) -> ConnectBack:
+        """A start of the agents by `starter`, with this engine's pythons and notes."""
+        return ConnectBack(starter, nodes, count, pythons=self.pythons, on_note=self.on_note)
 
     def allocation_address(self) -> str:
         """This machine's address for the nodes of an allocation not made yet."""

@@ -28,6 +28,7 @@ from dtrain.transport.bootstrap import AGENT_PYTHONS
 from dtrain.transport.connectback import (
     CONNECT_VAR,
     KEY_VAR,
+    QUIET_NOTE_S,
     AgentIdentity,
     ConnectBack,
     ConnectBackEngine,
@@ -42,8 +43,6 @@ VERSION_TIMEOUT_S = 10.0
 # ssh's own connect bound plus the agents' start; MPICH's hydra waits forever on an ssh that
 # cannot log in, so this bound is what ends that wait.
 STARTUP_MARGIN_S = 20.0
-MPIRUN_EXIT_S = 3.0
-QUIET_NOTE_S = 5.0
 RSH_SHOWN = "<ssh wrapper>"
 
 # The rank each MPI gives its processes (the host's place in -H), and what else of theirs the
@@ -195,15 +194,7 @@ class MpiEngine(ConnectBackEngine):
         script = mpi.ssh_wrapper(self.ssh.config_file, connect_s, self.ssh.accept_new_host_keys)
         rsh.write_text(script)
         rsh.chmod(0o700)
-        return ConnectBack(
-            MpirunStarter(self.options, str(rsh)),
-            nodes,
-            count,
-            pythons=self.pythons,
-            on_note=self.on_note,
-            exit_s=MPIRUN_EXIT_S,
-            quiet_note_s=QUIET_NOTE_S,
-        )
+        return self.connect_back(MpirunStarter(self.options, str(rsh)), nodes, count)
 
     def listen_address(self, nodes: Sequence[str]) -> str:
         """Towards the hosts as ssh reaches them; a Slurm allocation's nodes, as the

@@ -21,6 +21,7 @@ from dtrain.plan.nodefile import Scheduler
 from dtrain.transport.bootstrap import AGENT_PYTHONS
 from dtrain.transport.connectback import (
     ORDER_VAR,
+    QUIET_NOTE_S,
     AgentIdentity,
     ConnectBack,
     ConnectBackEngine,
@@ -32,8 +33,6 @@ from dtrain.transport.options import DEFAULT_CONNECT_TIMEOUT_S, SshOptions
 from dtrain.transport.routes import address_towards
 
 STARTUP_MARGIN_S = 50.0  # the scheduler's daemons start each task: more than an ssh login
-EXIT_S = 3.0
-QUIET_NOTE_S = 5.0
 IDENTITY = AgentIdentity()  # each agent's place comes from ORDER_VAR: one starter per host
 
 
@@ -137,15 +136,7 @@ class NodeStarterEngine(ConnectBackEngine):
         )
 
     def new_step(self, nodes: Sequence[str] | None, count: int) -> ConnectBack:
-        return ConnectBack(
-            NodeStarter(self.options),
-            nodes,
-            count,
-            pythons=self.pythons,
-            on_note=self.on_note,
-            exit_s=EXIT_S,
-            quiet_note_s=QUIET_NOTE_S,
-        )
+        return self.connect_back(NodeStarter(self.options), nodes, count)
 
     def listen_address(self, nodes: Sequence[str]) -> str:
         return address_towards(nodes, self.ssh.config_file)

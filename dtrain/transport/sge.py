@@ -32,6 +32,7 @@ from dtrain.plan.hosts import Host
 from dtrain.transport.bootstrap import AGENT_PYTHONS
 from dtrain.transport.connectback import (
     ORDER_VAR,
+    QUIET_NOTE_S,
     AgentIdentity,
     ConnectBack,
     ConnectBackEngine,
@@ -46,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 HOST_VAR = "DTRAIN_AGENT_HOST"  # the PE_HOSTFILE name its qrsh was given: the agent's name
 STARTUP_TIMEOUT_S = 60.0  # qrsh -inherit does not queue: the execd starts the task or refuses
-QRSH_EXIT_S = 3.0
-QUIET_NOTE_S = 5.0
 QCONF_TIMEOUT_S = 10.0
 # The agent leaves the shepherd's process group, which qdel SIGKILLs (for a job of root's, that
 # is all it kills): it outlives it long enough to stop its tasks and their descendants, as it
@@ -122,15 +121,7 @@ class SgeEngine(ConnectBackEngine):
         self.options = options
 
     def new_step(self, nodes: Sequence[str] | None, count: int) -> ConnectBack:
-        return ConnectBack(
-            QrshStarter(self.options.job_id),
-            nodes,
-            count,
-            pythons=self.pythons,
-            on_note=self.on_note,
-            exit_s=QRSH_EXIT_S,
-            quiet_note_s=QUIET_NOTE_S,
-        )
+        return self.connect_back(QrshStarter(self.options.job_id), nodes, count)
 
     def listen_address(self, nodes: Sequence[str]) -> str:
         return listen_address(nodes)

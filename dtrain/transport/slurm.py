@@ -27,6 +27,7 @@ from dtrain.transport.bootstrap import AGENT_PYTHONS
 from dtrain.transport.connectback import (
     CONNECT_VAR,
     KEY_VAR,
+    QUIET_NOTE_S,
     AgentIdentity,
     ConnectBack,
     ConnectBackEngine,
@@ -43,12 +44,6 @@ __all__ = ["CONNECT_VAR", "KEY_VAR", "SlurmEngine", "SlurmStep", "agent_command"
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 120.0  # srun's own retries for a busy node take up to a minute
-# After the agents closed (each stopped its tasks first), srun only has bookkeeping left;
-# one still running then waits on a lost node: SIGTERM makes it give up the step.
-SRUN_EXIT_S = 3.0
-# srun 22.05 says nothing while a step waits inside an allocation (a suspended job, nodes held
-# by an exclusive step), even with -v: after this long with no agent, dtrain says it waits.
-QUIET_NOTE_S = 5.0
 SCONTROL_TIMEOUT_S = 30.0
 
 # What srun sets for the agents' own step: each task gets dtrain's ranks, and a framework that
@@ -261,8 +256,6 @@ class SlurmStep(ConnectBack):
             count,
             pythons=pythons,
             on_note=on_note,
-            exit_s=SRUN_EXIT_S,
-            quiet_note_s=QUIET_NOTE_S,
         )
 
 

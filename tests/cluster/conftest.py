@@ -7,7 +7,7 @@ sshd logs of the clusters it used, and the Slurm daemons' logs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,18 @@ def pytest_runtest_makereport(
             report.sections.append((f"sge_execd log {prefix} {host.name}", log))
 
 
+def _stop_all(made: Iterable[Cluster | SlurmCluster | SgeCluster]) -> None:
+    """Stop every one, then raise the first error: one failed stop must not leave the rest."""
+    errors = []
+    for each in made:
+        try:
+            each.stop()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
 @pytest.fixture
 def make_cluster(request: pytest.FixtureRequest) -> Iterator[Callable[[int], Cluster]]:
     """A factory: make_cluster(n) starts an n-host cluster; all are stopped after the test.
@@ -80,14 +92,7 @@ def make_cluster(request: pytest.FixtureRequest) -> Iterator[Callable[[int], Clu
         return cluster
 
     yield make
-    errors = []
-    for cluster in made:
-        try:
-            cluster.stop()
-        except Exception as exc:  # stop the others before reporting
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    _stop_all(made)
 
 
 @pytest.fixture
@@ -112,14 +117,7 @@ def make_slurm_cluster(
         return slurm
 
     yield make
-    errors = []
-    for slurm in made:
-        try:
-            slurm.stop()
-        except Exception as exc:  # stop the others before reporting
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    _stop_all(made)
 
 
 @pytest.fixture
@@ -145,14 +143,7 @@ def make_sge_cluster(
         return sge
 
     yield make
-    errors = []
-    for sge in made:
-        try:
-            sge.stop()
-        except Exception as exc:  # stop the others before reporting
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    _stop_all(made)
 
 
 @pytest.fixture

@@ -29,6 +29,14 @@ from pathlib import Path
 from .netcluster import Cluster, ClusterHost
 
 IMAGE = "localhost/dtrain-test-python:1"
+# Run inside a container (python3 -S -c): the command line of every process there but itself.
+LIST_PROCESSES = (
+    "import os\n"
+    "for p in os.listdir('/proc'):\n"
+    "  if p.isdigit() and int(p) != os.getpid():\n"
+    "    try: print(open('/proc/%s/cmdline' % p).read().replace('\\0', ' '))\n"
+    "    except OSError: pass\n"
+)
 PYTHON = "/usr/bin/python3.11"
 STDLIB = Path("/usr/lib/python3.11")
 LEFT_OUT = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "__pycache__", "turtledemo"}
@@ -223,14 +231,7 @@ class PodmanHosts:
 
     def processes_in(self, host: ClusterHost | str, name: str) -> list[str]:
         """The command lines of every process in container `name` but its init and sleep."""
-        code = (
-            "import os\n"
-            "for p in os.listdir('/proc'):\n"
-            "  if p.isdigit() and int(p) != os.getpid():\n"
-            "    try: print(open('/proc/%s/cmdline' % p).read().replace('\\0', ' '))\n"
-            "    except OSError: pass\n"
-        )
-        out = self.cli(host, "exec", name, "python3", "-S", "-c", code, check=True).stdout
+        out = self.cli(host, "exec", name, "python3", "-S", "-c", LIST_PROCESSES, check=True).stdout
         return [line for line in out.splitlines() if line.strip() and "sleep infinity" not in line]
 
     def stop(self) -> None:
